@@ -22,10 +22,15 @@ $(VENV)/.setup-done: pyproject.toml code-judge/pyproject.toml constraints.txt Ma
 	$(PY) -c "import torch, sys; v = torch.__version__; print('torch', v); sys.exit(0)"
 	touch $@
 
+# redis-server and bubblewrap for code-judge; Debian's python3 with numpy/sympy runs inside the sandbox;
+# chromium renders the report in its browser test.
 system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	/usr/bin/python3 -c "import numpy" 2>/dev/null || missing="$$missing python3-numpy"; \
+	/usr/bin/python3 -c "import sympy" 2>/dev/null || missing="$$missing python3-sympy"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
