@@ -1,0 +1,295 @@
+"""Token-in/token-out clients for running inference servers, shaped like verl's `server_manager.generate`.
+
+verl's agent loops call `await server_manager.generate(request_id, *, prompt_ids, sampling_params, ...)`
+and expect a `TokenOutput` (sampled ids + their log-probs). These clients give the same call over HTTP for
+three servers, so the training agent loop can run unchanged against any of them:
+
+- SGLang's native `/generate` (`input_ids`),
+- vLLM's OpenAI `/v1/completions` with a token-id prompt,
+- llama.cpp's native `/completion` (prompt as an id list, `n_probs`, `return_tokens`).
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from verl.workers.rollout.replica import TokenOutput
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("sglang", "vllm", "llamacpp")
+
+
+class InferenceServerError(RuntimeError):
+    """The server refused the request, failed, or answered something that is not a generation."""
+
+
+class InferenceServerTimeout(InferenceServerError):
+    """No answer within `request_timeout_s`."""
+
+
+@dataclass(frozen=True)
+class ServerClientConfig:
+    backend: str  # one of BACKENDS
+    url: str
+    # Cap per call; verl sends no max_tokens, so the context budget below bounds each turn.
+    max_new_tokens: int = 512
+    max_model_len: int = 4096  # prompt + everything generated must fit (prompt_length + response_length)
+    request_timeout_s: float = 300.0
+    # Base seed when sampling_params has no "seed"; None lets the server pick (not reproducible).
+    seed: int | None = None
+    model: str = "default"  # vLLM's served model name
+    max_connections: int = 32
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown inference backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        if self.max_new_tokens <= 0 or self.max_model_len <= 0:
+            raise ValueError("max_new_tokens and max_model_len must be positive")
+
+
+def call_seed(base_seed: int, call_index: int) -> int:
+    """Seed of the `call_index`-th generate of one trajectory.
+
+    Every call gets its own seed: a resample after a failed tool call sees the same prompt as the failed
+    turn, and must not replay it token for token. Two runs with the same base seed (SAAR on and off) still
+    sample identical turns up to the first place they diverge.
+    """
+    return (base_seed * 1_000_003 + call_index) % (2**31 - 1)
+
+
+class TokenServerClient(ABC):
+    """verl `generate()` over HTTP. One instance serves many concurrent trajectories."""
+
+    def __init__(self, config: ServerClientConfig):
+        self.config = config
+        self._http: httpx.AsyncClient | None = None
+        self._calls_per_request: dict[str, int] = defaultdict(int)
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            limits = httpx.Limits(max_connections=self.config.max_connections)
+            self._http = httpx.AsyncClient(base_url=self.config.url, timeout=self.config.request_timeout_s, limits=limits)
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        audio_data: Any = None,
+        **_unused: Any,
+    ) -> TokenOutput:
+        if image_data or video_data or audio_data:
+            raise InferenceServerError("multi-modal inputs are not supported by the HTTP rollout clients")
+        if not prompt_ids:
+            raise InferenceServerError("empty prompt_ids")
+        max_new_tokens = self._max_new_tokens(len(prompt_ids), sampling_params)
+        seed = self._seed(request_id, sampling_params)
+        path, body = self.request(prompt_ids, sampling_params, max_new_tokens, seed)
+        try:
+            response = await self.http.post(path, json=body)
+        except httpx.TimeoutException as exc:
+            raise InferenceServerTimeout(
+                f"{self.config.backend} server at {self.config.url}{path} gave no answer within "
+                f"{self.config.request_timeout_s} s"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise InferenceServerError(f"{self.config.backend} server at {self.config.url}{path}: {exc!r}") from exc
+        if response.status_code != 200:
+            raise InferenceServerError(
+                f"{self.config.backend} server at {self.config.url}{path} answered HTTP {response.status_code}: "
+                f"{response.text[:500]}"
+            )
+        try:
+            payload = response.json()
+        except ValueError as exc:
+            raise InferenceServerError(f"{self.config.backend} server answered non-JSON: {response.text[:200]}") from exc
+        output = self.parse(payload)
+        if output.log_probs is not None and len(output.log_probs) != len(output.token_ids):
+            raise InferenceServerError(
+                f"{self.config.backend} server returned {len(output.token_ids)} tokens but {len(output.log_probs)} log-probs"
+            )
+        return output
+
+    def _max_new_tokens(self, prompt_len: int, sampling_params: dict[str, Any]) -> int:
+        requested = sampling_params.get("max_new_tokens", sampling_params.get("max_tokens", self.config.max_new_tokens))
+        budget = self.config.max_model_len - prompt_len
+        if budget <= 0:
+            raise InferenceServerError(
+                f"prompt of {prompt_len} tokens leaves no room to generate within max_model_len={self.config.max_model_len}"
+            )
+        return min(int(requested), budget)
+
+    def _seed(self, request_id: str, sampling_params: dict[str, Any]) -> int | None:
+        base = sampling_params.get("seed", self.config.seed)
+        call_index = self._calls_per_request[request_id]
+        self._calls_per_request[request_id] += 1
+        return None if base is None else call_seed(int(base), call_index)
+
+    @abstractmethod
+    def request(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any], max_new_tokens: int, seed: int | None
+    ) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) of one generation request."""
+
+    @abstractmethod
+    def parse(self, payload: dict[str, Any]) -> TokenOutput:
+        """The server's JSON answer as a TokenOutput (raise InferenceServerError if it is not one)."""
+
+
+def _sampling_fields(sampling_params: dict[str, Any]) -> dict[str, Any]:
+    fields = {
+        key: sampling_params[key]
+        for key in ("temperature", "top_p", "top_k", "repetition_penalty")
+        if sampling_params.get(key) is not None
+    }
+    return fields
+
+
+def _require(payload: Any, key: str, backend: str) -> Any:
+    if not isinstance(payload, dict) or key not in payload:
+        raise InferenceServerError(f"{backend} answer has no {key!r}: {str(payload)[:300]}")
+    return payload[key]
+
+
+class SGLangClient(TokenServerClient):
+    def request(self, prompt_ids, sampling_params, max_new_tokens, seed):
+        params = {**_sampling_fields(sampling_params), "max_new_tokens": max_new_tokens}
+        if sampling_params.get("stop"):
+            params["stop"] = sampling_params["stop"]
+        if sampling_params.get("stop_token_ids"):
+            params["stop_token_ids"] = list(sampling_params["stop_token_ids"])
+        if seed is not None:
+            params["sampling_seed"] = seed
+        body = {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
+        return "/generate", body
+
+    def parse(self, payload):
+        meta = _require(payload, "meta_info", "sglang")
+        pairs = _require(meta, "output_token_logprobs", "sglang")
+        token_ids = [int(item[1]) for item in pairs]
+        log_probs = [float(item[0]) for item in pairs]
+        output_ids = payload.get("output_ids")
+        if output_ids is not None and list(output_ids) != token_ids:
+            raise InferenceServerError("sglang output_ids disagree with output_token_logprobs")
+        finish = (meta.get("finish_reason") or {}).get("type")
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs,
+            stop_reason="aborted" if finish == "abort" else "completed",
+            extra_fields={"finish_reason": finish},
+        )
+
+
+class VLLMClient(TokenServerClient):
+    def request(self, prompt_ids, sampling_params, max_new_tokens, seed):
+        body = {
+            "model": self.config.model,
+            "prompt": list(prompt_ids),
+            "max_tokens": max_new_tokens,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            **_sampling_fields(sampling_params),
+        }
+        if sampling_params.get("stop"):
+            body["stop"] = sampling_params["stop"]
+        if sampling_params.get("stop_token_ids"):
+            body["stop_token_ids"] = list(sampling_params["stop_token_ids"])
+        if seed is not None:
+            body["seed"] = seed
+        return "/v1/completions", body
+
+    def parse(self, payload):
+        choices = _require(payload, "choices", "vllm")
+        if not choices:
+            raise InferenceServerError("vllm answer has no choices")
+        choice = choices[0]
+        logprobs = _require(choice, "logprobs", "vllm")
+        log_probs = [float(x) for x in _require(logprobs, "token_logprobs", "vllm")]
+        token_ids = choice.get("token_ids")
+        if token_ids is None:
+            # Older servers: ids only as "token_id:N" strings (return_tokens_as_token_ids).
+            token_ids = [_vllm_token_id(tok) for tok in _require(logprobs, "tokens", "vllm")]
+        finish = choice.get("finish_reason")
+        return TokenOutput(
+            token_ids=[int(t) for t in token_ids],
+            log_probs=log_probs,
+            stop_reason="aborted" if finish == "abort" else "completed",
+            extra_fields={"finish_reason": finish},
+        )
+
+
+def _vllm_token_id(token: str) -> int:
+    prefix = "token_id:"
+    if not token.startswith(prefix):
+        raise InferenceServerError(f"vllm returned token {token!r} without its id; upgrade vLLM (needs return_token_ids)")
+    return int(token[len(prefix) :])
+
+
+class LlamaCppClient(TokenServerClient):
+    def request(self, prompt_ids, sampling_params, max_new_tokens, seed):
+        fields = _sampling_fields(sampling_params)
+        body = {
+            "prompt": list(prompt_ids),
+            "n_predict": max_new_tokens,
+            "n_probs": 1,
+            "return_tokens": True,
+            "cache_prompt": True,
+            # Plain temperature / top-p / top-k sampling, as verl's servers do (llama.cpp defaults add min-p).
+            "min_p": 0.0,
+        }
+        if "temperature" in fields:
+            body["temperature"] = fields["temperature"]
+        if "top_p" in fields:
+            body["top_p"] = fields["top_p"]
+        if "top_k" in fields:
+            body["top_k"] = fields["top_k"]
+        if "repetition_penalty" in fields:
+            body["repeat_penalty"] = fields["repetition_penalty"]
+        if sampling_params.get("stop"):
+            body["stop"] = sampling_params["stop"]
+        if sampling_params.get("stop_token_ids"):
+            raise InferenceServerError(
+                "llama.cpp's /completion cannot stop on token ids; use a tool parser without stop_token_ids "
+                "(end-of-turn is already the model's EOS)"
+            )
+        if seed is not None:
+            body["seed"] = seed
+        return "/completion", body
+
+    def parse(self, payload):
+        token_ids = [int(t) for t in _require(payload, "tokens", "llamacpp")]
+        probs = _require(payload, "completion_probabilities", "llamacpp")
+        if [int(p["id"]) for p in probs] != token_ids:
+            raise InferenceServerError("llama.cpp completion_probabilities ids disagree with tokens")
+        stop_type = payload.get("stop_type")
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=[float(p["logprob"]) for p in probs],
+            stop_reason="completed",
+            extra_fields={"finish_reason": "length" if stop_type == "limit" else "stop"},
+        )
+
+
+_CLIENTS: dict[str, type[TokenServerClient]] = {"sglang": SGLangClient, "vllm": VLLMClient, "llamacpp": LlamaCppClient}
+
+
+def make_client(config: ServerClientConfig) -> TokenServerClient:
+    return _CLIENTS[config.backend](config)
