@@ -1,0 +1,1 @@
+"""Dataset preparation (published parquet -> verl RLHF parquet) and success-rate filtering."""

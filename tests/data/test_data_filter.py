@@ -1,0 +1,136 @@
+"""`cleaner data filter`: stratified sampling by rollout success rate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cleaner.data import cli as data_cli
+from cleaner.data.filter import (
+    DEFAULT_SUCCESS_RATE_RATIOS,
+    filter_by_success_rate,
+    parse_success_rate_ratios,
+    read_stats,
+)
+
+SHORTHAND = "0,0.8,0.9,1,1,1,1,1,0"
+NON_CODE_PER_BUCKET = 10
+CODE_PER_BUCKET = 5
+
+
+def synthetic_set(tmp_path: Path, reverse: bool = False) -> tuple[Path, Path]:
+    """For every bucket 0..8: 10 math rows and 5 code rows, interleaved; stats uid = row index."""
+    plan = [(k, False) for k in range(9) for _ in range(NON_CODE_PER_BUCKET)]
+    plan += [(k, True) for k in range(9) for _ in range(CODE_PER_BUCKET)]
+    plan.sort(key=lambda item: (item[0] * 7919 + item[1]) % 13)
+    if reverse:
+        plan.reverse()
+    rows, stats = [], []
+    for index, (successes, code) in enumerate(plan):
+        source = "train-code-taco-easy" if code else "math_dapo"
+        rows.append({"data_source": source, "question": f"synthetic question {index}", "bucket": successes})
+        stats.append(
+            {"uid": str(index), "data_source": source, "successes": successes, "attempts": 8,
+             "success_rate": successes / 8, "avg_score": successes / 4 - 1, "keep": True}
+        )
+    dataset, stats_path = tmp_path / "train.parquet", tmp_path / "stats.jsonl"
+    pd.DataFrame(rows).to_parquet(dataset)
+    stats_path.write_text("".join(json.dumps(record) + "\n" for record in stats))
+    return dataset, stats_path
+
+
+def run_filter(tmp_path: Path, dataset: Path, stats: Path, *extra: str) -> pd.DataFrame:
+    parser = argparse.ArgumentParser()
+    data_cli.register(parser.add_subparsers(dest="command", required=True))
+    out = tmp_path / "out"
+    args = parser.parse_args(
+        ["data", "filter", "--dataset", str(dataset), "--stats", str(stats), "--output-dir", str(out), *extra]
+    )
+    assert args.func(args) == 0
+    return pd.read_parquet(out / "filtered_sr.parquet")
+
+
+def test_shorthand_equals_the_reference_string():
+    assert parse_success_rate_ratios(SHORTHAND) == parse_success_rate_ratios(DEFAULT_SUCCESS_RATE_RATIOS)
+    assert parse_success_rate_ratios(DEFAULT_SUCCESS_RATE_RATIOS)[1] == 0.8
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0,1,1", "3 bare values given, need 9"),
+        ("0.0:0.0,0.3:1", "rate 0.3 is not k/8"),
+        ("0.0:1.5," + ",".join(f"{k / 8}:1" for k in range(1, 9)), "outside"),
+        ("0.0:0,0.125:1", "no ratio for bucket"),
+    ],
+)
+def test_bad_ratio_strings_are_explained(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_success_rate_ratios(text)
+
+
+def test_kept_rows_per_bucket_follow_the_ratios(tmp_path, capsys):
+    dataset, stats = synthetic_set(tmp_path)
+    kept = run_filter(tmp_path, dataset, stats)
+    ratios = parse_success_rate_ratios(DEFAULT_SUCCESS_RATE_RATIOS)
+    for bucket, ratio in ratios.items():
+        in_bucket = kept[kept["successes"] == bucket]
+        assert (in_bucket["data_source"] == "math_dapo").sum() == int(NON_CODE_PER_BUCKET * ratio)
+        assert (in_bucket["data_source"] != "math_dapo").sum() == int(CODE_PER_BUCKET * ratio)
+    assert len(kept) == 67 + 33
+    assert (kept["bucket"] == kept["successes"]).all()  # stats joined to the right rows
+    assert {"uid", "successes", "attempts", "success_rate", "avg_score", "keep", "data_source_stat"} <= set(kept.columns)
+    table = capsys.readouterr().out
+    assert "1/8" in table and "8/10" in table and "4/5" in table and "kept 100 of 135 rows" in table
+
+
+def test_same_inputs_same_rows_and_stats_file_records_the_decision(tmp_path):
+    dataset, stats = synthetic_set(tmp_path)
+    first = run_filter(tmp_path, dataset, stats)
+    second = run_filter(tmp_path, dataset, stats, "--success_rate_ratios", SHORTHAND)
+    assert first["uid"].tolist() == second["uid"].tolist()
+    decisions = [json.loads(line) for line in (tmp_path / "out" / "filtered_sr.stats.jsonl").read_text().splitlines()]
+    assert {d["uid"] for d in decisions if d["keep"]} == set(second["uid"])
+    assert len(decisions) == 135
+
+
+def test_code_and_non_code_are_sampled_independently(tmp_path):
+    """Reordering only the code rows must not change which math rows are kept."""
+    rows = [{"data_source": "math_dapo"} for _ in range(20)] + [{"data_source": "train-code-taco-x"} for _ in range(20)]
+    stats = {
+        str(i): {"data_source": row["data_source"], "successes": 1, "attempts": 8, "success_rate": 0.125, "avg_score": 0.0}
+        for i, row in enumerate(rows)
+    }
+    ratios = parse_success_rate_ratios(SHORTHAND)
+    kept_math = {r["uid"] for r in filter_by_success_rate(rows, stats, ratios).rows if r["data_source"] == "math_dapo"}
+    assert len(kept_math) == 16
+    fewer_code = rows[:20] + rows[20:30]
+    stats_fewer = {uid: stats[uid] for uid in map(str, range(30))}
+    kept_math_again = {
+        r["uid"] for r in filter_by_success_rate(fewer_code, stats_fewer, ratios).rows if r["data_source"] == "math_dapo"
+    }
+    assert kept_math_again == kept_math
+
+
+def test_stats_that_do_not_match_the_dataset_are_rejected(tmp_path):
+    dataset, stats = synthetic_set(tmp_path)
+    records = read_stats(stats)
+    rows = pd.read_parquet(dataset).to_dict(orient="records")
+    ratios = parse_success_rate_ratios(SHORTHAND)
+    with pytest.raises(ValueError, match="1 dataset rows have no stats record"):
+        filter_by_success_rate(rows, {uid: r for uid, r in records.items() if uid != "7"}, ratios)
+    swapped = dict(records)
+    swapped["3"] = dict(records["3"], data_source="mega-science")
+    with pytest.raises(ValueError, match="row 3: stats data_source"):
+        filter_by_success_rate(rows, swapped, ratios)
+
+
+def test_malformed_stats_line_names_the_line(tmp_path):
+    path = tmp_path / "stats.jsonl"
+    path.write_text(json.dumps({"uid": "0", "data_source": "math_dapo", "successes": 2, "attempts": 4}) + "\n")
+    with pytest.raises(ValueError, match=r"stats.jsonl:1: missing key\(s\) success_rate, avg_score, keep"):
+        read_stats(path)
