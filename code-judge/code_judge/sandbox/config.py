@@ -1,0 +1,28 @@
+"""How a sandbox is set up: isolation mode, the interpreter inside it, what it preloads, who it runs as."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODES = ("bwrap", "insecure")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    mode: str = "bwrap"  # "bwrap" (default) | "insecure" (explicit opt-in, no isolation)
+    python: str = "/usr/bin/python3"  # Debian's python (pyenv's lives under root's 0700 home)
+    preload: tuple[str, ...] = ("math", "numpy", "sympy")
+    uid: int = 65534  # unprivileged user the program runs as (used when the supervisor is root)
+    scratch_bytes: int = 256 * 1024 * 1024  # size of the private tmpfs holding each run's writable dir
+    startup_timeout_s: float = 60.0  # importing the preloads on a loaded 2-core machine can take seconds
+    backstop_s: float = 0.5  # how long after the wall limit the supervisor stops waiting for the zygote
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"sandbox mode must be one of {MODES}, got {self.mode!r}")
+        if not self.python.startswith("/"):
+            raise ValueError(f"sandbox python must be an absolute path, got {self.python!r}")
+        if self.uid < 0:
+            raise ValueError(f"sandbox uid must be >= 0, got {self.uid}")
+        if self.scratch_bytes <= 0:
+            raise ValueError(f"scratch_bytes must be positive, got {self.scratch_bytes}")

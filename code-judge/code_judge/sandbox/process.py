@@ -1,0 +1,84 @@
+"""One zygote process: start it, hand it a request with its descriptors, read its reply, kill it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from .config import SandboxConfig
+from .errors import SandboxCrashed, SandboxUnavailable
+from .launcher import launch_spec
+
+logger = logging.getLogger(__name__)
+MAX_REPLY_BYTES = 65536
+STDERR_TAIL_BYTES = 4000
+
+
+class ZygoteProcess:
+    def __init__(self, config: SandboxConfig):
+        self.config = config
+        self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # A file, not a pipe: nobody reads the zygote's stderr until it dies, so it must never block it.
+        self.stderr = tempfile.TemporaryFile()
+        spec = launch_spec(config, control_fd=child_sock.fileno())
+        try:
+            self.process = subprocess.Popen(
+                spec.argv,
+                env=spec.env,
+                user=spec.user,
+                group=spec.user,
+                extra_groups=[] if spec.user is not None else None,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self.stderr,
+                pass_fds=(child_sock.fileno(),),
+                # Its own process group, so kill() also reaches what an insecure-mode program left behind.
+                start_new_session=True,
+            )
+        finally:
+            child_sock.close()
+        ready = self.receive(time.monotonic() + config.startup_timeout_s)
+        if ready is None:
+            detail = self.kill()
+            raise SandboxUnavailable(f"the {config.mode} sandbox failed to start: {detail}")
+        self.base_vm_bytes = ready["base_vm_bytes"]
+        logger.info("sandbox zygote %d up (%s mode, python %s)", self.process.pid, config.mode, ready["python"])
+
+    def send(self, request: dict, fds: list[int]) -> None:
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+        except OSError as error:
+            raise SandboxCrashed(f"the sandbox zygote is gone: {self.kill()}") from error
+
+    def receive(self, deadline: float) -> dict | None:
+        """The zygote's next reply; None when it closed the socket or the deadline passed."""
+        self.sock.settimeout(max(0.0, deadline - time.monotonic()))
+        try:
+            message = self.sock.recv(MAX_REPLY_BYTES)
+        except (TimeoutError, ConnectionError):
+            return None
+        return json.loads(message) if message else None
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> str:
+        """Kill the whole sandbox (its pid namespace dies with it) and describe how the zygote ended."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        returncode = self.process.wait()
+        self.sock.close()
+        self.stderr.seek(0, 2)
+        self.stderr.seek(max(0, self.stderr.tell() - STDERR_TAIL_BYTES))
+        tail = self.stderr.read().decode(errors="replace").strip()
+        self.stderr.close()
+        return f"zygote exited with {returncode}" + (f": {tail}" if tail else "")

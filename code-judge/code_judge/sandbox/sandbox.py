@@ -1,0 +1,173 @@
+"""The supervisor side: one Sandbox per worker process, running one program at a time in a warm zygote."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import time
+
+from ..execution import ExecutionResult, LimitHit, Limits
+from .capture import OutputCollector, output_pipe
+from .config import SandboxConfig
+from .errors import SandboxCrashed, SandboxError
+from .process import ZygoteProcess
+
+logger = logging.getLogger(__name__)
+# After the zygote has killed every process of a run, its output pipes close at once; this only bounds a bug.
+DRAIN_S = 2.0
+
+
+class Sandbox:
+    def __init__(self, config: SandboxConfig):
+        self.config = config
+        self.mode = config.mode
+        self._zygote: ZygoteProcess | None = ZygoteProcess(config)
+
+    def run(self, source: str, stdin: str, limits: Limits) -> ExecutionResult:
+        """Run one program. Any program gives a result; only the sandbox's own failures raise SandboxError."""
+        zygote = self._live_zygote()
+        collector = OutputCollector(*self._start(zygote, source, stdin, limits), cap=limits.max_output_bytes)
+        try:
+            started = time.monotonic()
+            deadline = started + limits.wall_time_s + self.config.backstop_s
+            collector.pump(deadline, stop_fd=zygote.fileno())
+            reply = zygote.receive(deadline)
+            if reply is None:
+                return self._abandon(zygote, collector, limits, time.monotonic() - started)
+            if not collector.pump(time.monotonic() + DRAIN_S):
+                self._discard(zygote)
+                raise SandboxError("output pipes stayed open after every process of the run was killed")
+            return to_result(reply, collector, limits)
+        finally:
+            collector.close()
+
+    def close(self) -> None:
+        if self._zygote is not None:
+            self._zygote.kill()
+            self._zygote = None
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+    def _live_zygote(self) -> ZygoteProcess:
+        if self._zygote is not None and not self._zygote.alive():
+            logger.warning("sandbox zygote died between runs (%s); starting a new one", self._zygote.kill())
+            self._zygote = None
+        if self._zygote is None:
+            self._zygote = ZygoteProcess(self.config)
+        return self._zygote
+
+    def _start(self, zygote: ZygoteProcess, source: str, stdin: str, limits: Limits) -> tuple[int, int]:
+        stdout_read, stdout_write = output_pipe()
+        stderr_read, stderr_write = output_pipe()
+        handed_over = [
+            read_only_memfd("source", source.encode("utf-8", errors="surrogateescape")),
+            read_only_memfd("stdin", stdin.encode("utf-8", errors="surrogateescape")),
+            stdout_write,
+            stderr_write,
+        ]
+        request = {
+            "wall_time_s": limits.wall_time_s,
+            "cpu_time_s": limits.cpu_time_s,
+            "memory_bytes": limits.memory_bytes,
+            "max_processes": limits.max_processes,
+            "max_file_size_bytes": limits.max_file_size_bytes,
+        }
+        try:
+            zygote.send(request, handed_over)
+        except SandboxCrashed:
+            self._zygote = None
+            os.close(stdout_read)
+            os.close(stderr_read)
+            raise
+        finally:
+            # The zygote holds its own copies now; ours must go so the pipes close when the program ends.
+            for fd in handed_over:
+                os.close(fd)
+        return stdout_read, stderr_read
+
+    def _abandon(
+        self, zygote: ZygoteProcess, collector: OutputCollector, limits: Limits, elapsed: float
+    ) -> ExecutionResult:
+        """The zygote did not answer in time, or died: kill the whole sandbox; the next run starts a new one."""
+        timed_out = zygote.alive()
+        detail = self._discard(zygote)
+        collector.pump(time.monotonic() + DRAIN_S)
+        if not timed_out:
+            raise SandboxCrashed(f"the sandbox zygote died during a run: {detail}")
+        logger.warning("sandbox zygote missed the wall-time deadline; killed it (%s)", detail)
+        return ExecutionResult(
+            exit_code=None,
+            signal=signal.SIGKILL,
+            stdout=collector.stdout.text(),
+            stderr=collector.stderr.text(),
+            stdout_truncated=collector.stdout.truncated,
+            stderr_truncated=collector.stderr.truncated,
+            cost_s=elapsed,
+            limit_hit=LimitHit.WALL_TIME,
+            exception_type=None,
+        )
+
+    def _discard(self, zygote: ZygoteProcess) -> str:
+        self._zygote = None
+        return zygote.kill()
+
+
+def read_only_memfd(name: str, data: bytes) -> int:
+    """An in-memory file holding `data`, opened read-only, so the program can neither block on it nor change it."""
+    writable = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.write(writable, data) if len(data) < (1 << 20) else write_all(writable, data)
+        return os.open(f"/proc/self/fd/{writable}", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(writable)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def to_result(reply: dict, collector: OutputCollector, limits: Limits) -> ExecutionResult:
+    report = reply["report"] or {}
+    if "setup_error" in report:
+        raise SandboxError(f"the sandbox failed to prepare the program: {report['setup_error']}")
+    return ExecutionResult(
+        exit_code=reply["exit_code"],
+        signal=reply["signal"],
+        stdout=collector.stdout.text(),
+        stderr=collector.stderr.text(),
+        stdout_truncated=collector.stdout.truncated,
+        stderr_truncated=collector.stderr.truncated,
+        cost_s=reply["cost_s"],
+        limit_hit=limit_hit(reply, report, collector, limits),
+        exception_type=report.get("type"),
+        exception_line=report.get("line"),
+        exception_message=report.get("message"),
+    )
+
+
+def limit_hit(reply: dict, report: dict, collector: OutputCollector, limits: Limits) -> LimitHit | None:
+    """Which limit ended (or trimmed) the run, from what the zygote measured plus the program's exception."""
+    if reply["timed_out"]:
+        return LimitHit.WALL_TIME
+    if reply["signal"] == signal.SIGXCPU or (
+        reply["signal"] == signal.SIGKILL and reply["cpu_s"] >= int(limits.cpu_time_s) - 0.05
+    ):
+        return LimitHit.CPU_TIME
+    if report.get("memory_error"):
+        return LimitHit.MEMORY
+    if report.get("errno") == errno.EFBIG:
+        return LimitHit.FILE_SIZE
+    # fork() fails with EAGAIN once RLIMIT_NPROC is reached; the stray count tells it from other EAGAINs.
+    if report.get("errno") == errno.EAGAIN and reply["strays"] + 2 >= limits.max_processes:
+        return LimitHit.PROCESSES
+    if collector.stdout.truncated or collector.stderr.truncated:
+        return LimitHit.OUTPUT
+    return None

@@ -1,0 +1,391 @@
+"""The warm interpreter that lives inside the sandbox and forks one child per program.
+
+This file is executed by the sandbox's own Python (`python3 -I -c <this source> <config json>`), so it
+uses the standard library only and never imports `code_judge`. The supervisor talks to it over one
+SOCK_SEQPACKET socket: a request is a small JSON message carrying four file descriptors (source, stdin,
+stdout, stderr); the reply is a JSON message with what the zygote measured.
+
+What the zygote measures (exit status, signal, wall time, CPU time, timeouts) comes from the kernel via
+wait4, never from the program. Only the `report` (exception type/line/message) is written by the forked
+child itself, so a program can misreport its own exception, just as it can raise any exception it likes.
+"""
+
+import ctypes
+import importlib
+import json
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import types
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+MAX_REQUEST_BYTES = 65536
+MAX_REPORT_BYTES = 65536
+MAX_MESSAGE_CHARS = 1000
+SOURCE_NAME = "solution.py"
+# The child's stdout/stderr/stdin are rebuilt on these descriptors.
+STDIN_FD, STDOUT_FD, STDERR_FD = 0, 1, 2
+
+
+def prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+
+
+def vm_size_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("VmSize missing from /proc/self/status")
+
+
+class Zygote:
+    def __init__(self, config: dict):
+        self.isolated = config["mode"] == "bwrap"
+        self.sock = socket.socket(fileno=config["control_fd"])
+        self.scratch_dirs = config["scratch_dirs"]
+        if self.isolated and os.getpid() != 1:
+            # kill(-1) below would reach the whole host if we were not the pid namespace's init.
+            raise RuntimeError(f"bwrap mode needs the zygote as pid 1 of its namespace, got pid {os.getpid()}")
+        # Non-dumpable: programs running as the same uid can neither ptrace us nor open /proc/1/{mem,fd,environ}.
+        prctl(PR_SET_DUMPABLE, 0)
+        if not self.isolated:
+            # Orphans of a program re-parent to us, so we can find and kill every process it started.
+            prctl(PR_SET_CHILD_SUBREAPER, 1)
+        # As pid 1 we only receive signals we handle; Python's SIGINT handler would let programs interrupt us.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        for name in config["preload"]:
+            importlib.import_module(name)
+        self.base_vm_bytes = vm_size_bytes()
+
+    def serve(self) -> None:
+        self.send({"ready": True, "base_vm_bytes": self.base_vm_bytes, "python": sys.version.split()[0]})
+        while True:
+            message, fds, _, _ = socket.recv_fds(self.sock, MAX_REQUEST_BYTES, 4)
+            if not message:
+                return
+            self.send(self.run(json.loads(message), fds))
+
+    def send(self, reply: dict) -> None:
+        self.sock.send(json.dumps(reply).encode())
+
+    def run(self, request: dict, fds: list) -> dict:
+        workdir = self.make_workdir()
+        report_read, report_write = os.pipe()
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os.close(report_read)
+            self.sock.close()
+            run_child(request, fds, workdir, report_write, self.base_vm_bytes)
+        for fd in fds:
+            os.close(fd)
+        os.close(report_write)
+        timed_out = not wait_for_exit(pid, request["wall_time_s"])
+        if timed_out:
+            self.signal_everything()
+        _, status, usage = os.wait4(pid, 0)
+        cost_s = time.monotonic() - started
+        strays = self.kill_everything()
+        report = read_report(report_read)
+        self.wipe(workdir)
+        return {
+            "exit_code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "cost_s": cost_s,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "timed_out": timed_out,
+            "strays": strays,
+            "report": report,
+        }
+
+    def make_workdir(self) -> str:
+        if self.isolated:
+            # /tmp is this sandbox's private tmpfs, emptied after every run, so a fixed path is fresh each time
+            # and tracebacks are identical across runs.
+            path = "/tmp/run"
+            os.mkdir(path, 0o700)
+            return path
+        return tempfile.mkdtemp(prefix="code-judge-run-")
+
+    def kill_everything(self) -> int:
+        """SIGKILL every process the program left behind and reap them all; return how many there were."""
+        killed = 0
+        while True:
+            self.signal_everything()
+            reaped, children_left = reap_exited()
+            killed += reaped
+            if not children_left:
+                return killed
+            if not reaped:
+                # SIGKILLed processes can take a moment to exit (e.g. unmapping a large heap).
+                time.sleep(0.001)
+
+    def signal_everything(self) -> None:
+        if self.isolated:
+            # We are pid 1: kill(-1) reaches every other process in the namespace, i.e. only the program's.
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        # Insecure mode shares the host's pid namespace, so walk our own process tree instead.
+        for pid in list_descendants():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wipe(self, workdir: str) -> None:
+        if not self.isolated:
+            shutil.rmtree(workdir, onerror=make_writable_and_retry)
+            return
+        for scratch in self.scratch_dirs:
+            for entry in os.listdir(scratch):
+                path = os.path.join(scratch, entry)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, onerror=make_writable_and_retry)
+                else:
+                    os.unlink(path)
+
+
+def make_writable_and_retry(function, path, _exc_info) -> None:
+    # A program may chmod its own directories to 0; we own them, so make them writable and retry once.
+    os.chmod(os.path.dirname(path), 0o700)
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, 0o700)
+    function(path)
+
+
+def wait_for_exit(pid: int, timeout_s: float) -> bool:
+    """Wait until the child exits or the timeout passes; True when it exited."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if select.select([pidfd], [], [], remaining)[0]:
+                return True
+    finally:
+        os.close(pidfd)
+
+
+def reap_exited() -> tuple:
+    """Reap every exited child without blocking; return (how many, whether live children remain)."""
+    reaped = 0
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped, False
+        if pid == 0:
+            return reaped, True
+        reaped += 1
+
+
+def list_descendants() -> list:
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        pid = frontier.pop()
+        for task in list_dir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as children:
+                    kids = [int(kid) for kid in children.read().split()]
+            except FileNotFoundError:
+                continue
+            found.extend(kids)
+            frontier.extend(kids)
+    return found
+
+
+def list_dir(path: str) -> list:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+def read_report(fd: int):
+    chunks, size = [], 0
+    while size < MAX_REPORT_BYTES:
+        chunk = os.read(fd, MAX_REPORT_BYTES - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    os.close(fd)
+    try:
+        return json.loads(b"".join(chunks)) if chunks else None
+    except ValueError:
+        return None
+
+
+# ----- everything below runs in the forked child, as the program -----
+
+
+def run_child(request: dict, fds: list, workdir: str, report_fd: int, base_vm_bytes: int) -> None:
+    """Become the program; never returns. A failure before the program starts is reported as `setup_error`."""
+    try:
+        source, path = prepare_child(request, fds, workdir, base_vm_bytes)
+    except BaseException as error:  # noqa: BLE001 - the supervisor turns this into an infrastructure error
+        write_report(report_fd, {"setup_error": f"{type(error).__name__}: {error}"[:MAX_MESSAGE_CHARS]})
+        os._exit(1)
+    os._exit(execute(source, path, report_fd))
+
+
+def prepare_child(request: dict, fds: list, workdir: str, base_vm_bytes: int) -> tuple:
+    source_fd, stdin_fd, stdout_fd, stderr_fd = fds
+    for fd, target in ((stdin_fd, STDIN_FD), (stdout_fd, STDOUT_FD), (stderr_fd, STDERR_FD)):
+        os.dup2(fd, target)
+        os.close(fd)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The program is an ordinary process again (own /proc/self, ptrace of its own children); we stay protected.
+    prctl(PR_SET_DUMPABLE, 1)
+    with open("/proc/self/oom_score_adj", "w") as adj:
+        # Under memory pressure the kernel should kill a program, not the zygote.
+        adj.write("1000")
+    apply_limits(request, base_vm_bytes)
+    with os.fdopen(source_fd, "rb") as source_file:
+        source = source_file.read()
+    path = os.path.join(workdir, SOURCE_NAME)
+    with open(path, "wb") as copy:
+        copy.write(source)
+    os.chdir(workdir)
+    os.environ["HOME"] = workdir
+    os.environ["TMPDIR"] = workdir
+    reseed_preloaded_generators()
+    reopen_standard_streams()
+    return source, path
+
+
+def apply_limits(request: dict, base_vm_bytes: int) -> None:
+    # soft == hard: an unprivileged program cannot raise a hard limit, so it cannot lift these.
+    cpu = max(1, math.ceil(request["cpu_time_s"]))
+    limits = {
+        # The preloaded modules are already mapped; the program's budget comes on top of them.
+        resource.RLIMIT_AS: base_vm_bytes + request["memory_bytes"],
+        # SIGXCPU at the soft limit, SIGKILL one second later for a program that ignores SIGXCPU.
+        resource.RLIMIT_CPU: (cpu, cpu + 1),
+        resource.RLIMIT_NPROC: request["max_processes"],
+        resource.RLIMIT_FSIZE: request["max_file_size_bytes"],
+        resource.RLIMIT_CORE: 0,
+    }
+    for kind, value in limits.items():
+        soft, hard = value if isinstance(value, tuple) else (value, value)
+        resource.setrlimit(kind, (soft, hard))
+
+
+def reseed_preloaded_generators() -> None:
+    # `random` reseeds itself after fork; numpy's global generator does not, so every run would repeat it.
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def reopen_standard_streams() -> None:
+    sys.stdin = sys.__stdin__ = open(STDIN_FD, "r", encoding="utf-8", errors="replace", closefd=False)
+    sys.stdout = sys.__stdout__ = open(STDOUT_FD, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = sys.__stderr__ = open(
+        STDERR_FD, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
+    )
+
+
+def execute(source: bytes, path: str, report_fd: int) -> int:
+    """Run the program as `python solution.py` would and return its exit status."""
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv = [path]
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+        exec(code, main.__dict__)
+        join_foreground_threads()
+        status = 0
+    except SystemExit as exit_request:
+        status = exit_status(exit_request)
+    except BaseException as error:  # noqa: BLE001 - any uncaught exception is the program's result
+        report_exception(error, path, report_fd)
+        status = 1
+    return flush_streams(status)
+
+
+def join_foreground_threads() -> None:
+    # The interpreter waits for non-daemon threads before exiting; os._exit would not, so wait here.
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+
+
+def exit_status(exit_request: SystemExit) -> int:
+    code = exit_request.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def report_exception(error: BaseException, path: str, report_fd: int) -> None:
+    # Hide the zygote's own frame (the `exec` call) so the traceback starts in the user's code.
+    traceback_ = error.__traceback__.tb_next if error.__traceback__ is not None else None
+    error.__traceback__ = traceback_
+    line = None
+    if isinstance(error, SyntaxError) and error.filename == path:
+        line = error.lineno
+    frame = traceback_
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename == path:
+            line = frame.tb_lineno
+        frame = frame.tb_next
+    report = {
+        "type": type(error).__name__,
+        "line": line,
+        "message": str(error)[:MAX_MESSAGE_CHARS],
+        "memory_error": isinstance(error, MemoryError),
+        "errno": getattr(error, "errno", None) if isinstance(error, OSError) else None,
+    }
+    try:
+        sys.excepthook(type(error), error, traceback_)
+    except BaseException:  # noqa: BLE001 - a broken user excepthook must not hide the report
+        traceback.print_exception(type(error), error, traceback_, file=sys.__stderr__)
+    write_report(report_fd, report)
+
+
+def write_report(report_fd: int, report: dict) -> None:
+    try:
+        os.write(report_fd, json.dumps(report).encode())
+    except OSError:
+        # The program closed the descriptor itself; its exit status still tells the supervisor it failed.
+        pass
+
+
+def flush_streams(status: int) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            # Closed or broken stream (the program closed it or the reader went away): Python ends with 120.
+            status = status or 120
+    return status
+
+
+if __name__ == "__main__":
+    zygote = Zygote(json.loads(sys.argv[1]))
+    zygote.serve()
