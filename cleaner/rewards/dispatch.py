@@ -1,0 +1,84 @@
+"""`compute_score`: verl's custom reward function, dispatching on `data_source`."""
+
+from __future__ import annotations
+
+import fnmatch
+from enum import Enum
+from typing import Any
+
+from cleaner.rewards.code_reward import score_code
+from cleaner.rewards.config import RewardConfig
+from cleaner.rewards.gpqa_reward import score_gpqa
+from cleaner.rewards.math_reward import score_math
+from cleaner.rewards.result import RewardResult
+
+
+class RewardKind(str, Enum):
+    MATH = "math"
+    GPQA = "gpqa"
+    CODE = "code"
+
+
+# Case-insensitive shell patterns, first match wins. They cover the Open-AgentRL training sources (math_dapo,
+# mega-science, train-math-{numinamath1.5_*,deepscaler,still3,aime19832023,omnimath}, train-code-{taco,leetcode}-*,
+# test-code-leetcode-*) and the evaluation sets (AIME2024, AIME2025, gpqa_diamond, LiveCodeBench_v6).
+DATA_SOURCE_PATTERNS: tuple[tuple[str, RewardKind], ...] = (
+    ("gpqa*", RewardKind.GPQA),
+    ("*code*", RewardKind.CODE),
+    ("lcb*", RewardKind.CODE),
+    ("*taco*", RewardKind.CODE),
+    ("*math*", RewardKind.MATH),
+    ("aime*", RewardKind.MATH),
+    ("mega*science*", RewardKind.MATH),
+    ("*deepscaler*", RewardKind.MATH),
+    ("*numina*", RewardKind.MATH),
+    ("*still*", RewardKind.MATH),
+    ("*omni*math*", RewardKind.MATH),
+)
+
+
+def reward_kind(data_source: str, extra_sources: dict[str, str] | None = None) -> RewardKind:
+    """Which scorer a data source uses; an unknown source is a configuration error."""
+    extra_sources = extra_sources or {}
+    if data_source in extra_sources:
+        try:
+            return RewardKind(extra_sources[data_source])
+        except ValueError:
+            kinds = [kind.value for kind in RewardKind]
+            raise ValueError(f"data_sources maps {data_source!r} to {extra_sources[data_source]!r}; use one of {kinds}") from None
+    for pattern, kind in DATA_SOURCE_PATTERNS:
+        if fnmatch.fnmatch(data_source.lower(), pattern):
+            return kind
+    raise ValueError(
+        f"no reward for data_source {data_source!r}: it matches none of {[p for p, _ in DATA_SOURCE_PATTERNS]}; "
+        "map it with the reward option data_sources={<name>: math|gpqa|code}"
+    )
+
+
+async def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Score one response. Returns `RewardResult.to_dict()`: score, acc, pred, reason, infra_error, tests_*.
+
+    Model output never raises; an unknown option, data source or malformed ground truth does (ValueError).
+    """
+    config = RewardConfig.from_kwargs(kwargs)
+    data_source = str(data_source)
+    kind = reward_kind(data_source, config.data_sources)
+    try:
+        result = await _score(kind, str(solution_str), ground_truth, config)
+    except ValueError as exc:
+        raise ValueError(f"data_source {data_source!r}: {exc}") from exc
+    return result.to_dict()
+
+
+async def _score(kind: RewardKind, solution_str: str, ground_truth: Any, config: RewardConfig) -> RewardResult:
+    if kind is RewardKind.MATH:
+        return await score_math(solution_str, ground_truth, config)
+    if kind is RewardKind.GPQA:
+        return await score_gpqa(solution_str, ground_truth)
+    return await score_code(solution_str, ground_truth, config)
