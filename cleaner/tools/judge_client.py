@@ -22,6 +22,10 @@ from cleaner.saar.outcome import ErrorCategory, ToolOutcome
 logger = logging.getLogger(__name__)
 
 RUN_BATCH_PATH = "/run/long-batch"
+# Our judge bounds a request's queue + run time by this header and answers `queue_timeout` for items not done by
+# then (upstream ignores it). Asking for less than our own HTTP deadline lets finished items come back.
+REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
+_JUDGE_DEADLINE_SHARE = 0.9
 
 # Judge `reason` values that mean the service, not the program, failed.
 _RETRIED_REASONS = {"queue_timeout": ErrorCategory.QUEUE_TIMEOUT, "internal_error": ErrorCategory.JUDGE_INTERNAL_ERROR}
@@ -31,7 +35,7 @@ _FATAL_REASONS = {"invalid_input": ErrorCategory.JUDGE_INTERNAL_ERROR}
 @dataclass(frozen=True)
 class JudgeClientConfig:
     url: str = "http://127.0.0.1:8088"
-    request_timeout_s: float = 60.0  # deadline for one HTTP call
+    request_timeout_s: float = 60.0  # deadline for one HTTP call (90% of it is sent to the judge)
     max_retries: int = 3  # infra failures only: connection errors, 5xx, queue_timeout, internal_error
     backoff_s: float = 0.5  # exponential: backoff_s * 2**attempt
     max_batch_size: int = 32  # micro-batching of concurrent run() calls into /run/long-batch
@@ -268,8 +272,10 @@ class JudgeClient:
         self.stats.http_requests += 1
         self.stats.submissions += len(submissions)
         try:
+            judge_deadline = f"{self.config.request_timeout_s * _JUDGE_DEADLINE_SHARE:.3f}"
             response = await asyncio.wait_for(
-                self._http.post(RUN_BATCH_PATH, json=body), timeout=self.config.request_timeout_s
+                self._http.post(RUN_BATCH_PATH, json=body, headers={REQUEST_TIMEOUT_HEADER: judge_deadline}),
+                timeout=self.config.request_timeout_s,
             )
         except (httpx.TransportError, asyncio.TimeoutError) as exc:
             raise _InfraFailure(

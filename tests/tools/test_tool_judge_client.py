@@ -30,6 +30,7 @@ async def test_concurrent_runs_share_one_long_batch_request(fake_judge):
     await client.aclose()
     assert [v.stdout for v in verdicts] == [f"print({i})" for i in range(10)]
     assert fake_judge.paths == ["/run/long-batch"]
+    assert float(fake_judge.headers[0]["X-Request-Timeout"]) == pytest.approx(4.5)  # 90% of our own deadline
     assert fake_judge.requests[0]["type"] == "batch"
     assert len(fake_judge.requests[0]["submissions"]) == 10
 

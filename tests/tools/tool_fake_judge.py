@@ -32,12 +32,14 @@ class FakeJudge:
     responders: list[Responder] = field(default_factory=list)  # consumed one per request; echo_all when empty
     requests: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
         with self.lock:
             self.requests.append(body)
             self.paths.append(path)
+            self.headers.append(headers)
             responder = self.responders.pop(0) if self.responders else echo_all
         return responder(body)
 
@@ -49,7 +51,7 @@ def fake_judge():
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            status, payload = state["judge"].answer(self.path, body)
+            status, payload = state["judge"].answer(self.path, dict(self.headers), body)
             data = json.dumps(payload).encode()
             try:
                 self.send_response(status)
