@@ -1,0 +1,98 @@
+"""`cleaner eval score` on a verl-format validation dump and on `cleaner rollout` JSONL."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from cleaner.evaluation import cli as eval_cli
+from cleaner.evaluation.generations import load_samples
+from cleaner.evaluation.report import summarize
+
+
+def run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    eval_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["eval", *argv])
+    return args.func(args)
+
+
+def verl_dump(directory: Path) -> Path:
+    """What verl 0.9.1's v1 trainer writes to validation_data_dir/<step>.jsonl: uid = <prompt>_<session>_<index>."""
+    directory.mkdir(parents=True)
+    lines = []
+    # problem A: 3 of 4 right, answers 42,42,42,41; problem B: 0 of 4, answers 7,8,8,None
+    for session, (acc, pred) in enumerate([(1, "42"), (1, "42"), (1, "42"), (0, "41")]):
+        lines.append({"input": "user What is A?", "output": "...", "gts": "42", "score": 2.0 * acc - 1, "step": 0,
+                      "reward": 2.0 * acc - 1, "acc": bool(acc), "pred": pred, "uid": f"1f0c-aa_{session}_0",
+                      "saar_rollbacks_triggered": 1, "saar_rollbacks_recovered": acc, "saar_fail_exception": 1,
+                      "saar_fail_timeout": 0, "saar_rollback_events": []})
+    for session, pred in enumerate(["7", "8", "8", None]):
+        lines.append({"input": "user What is B?", "output": "...", "gts": "9", "score": -1.0, "step": 0,
+                      "reward": -1.0, "acc": False, "pred": pred, "uid": f"77e2-bb_{session}_0",
+                      "saar_rollbacks_triggered": 0, "saar_rollbacks_recovered": 0, "saar_fail_exception": 0,
+                      "saar_fail_timeout": 2, "saar_rollback_events": []})
+    (directory / "0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return directory
+
+
+def test_verl_dump_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # rich folds wide tables to 80 columns when not on a terminal
+    dump = verl_dump(tmp_path / "aime24")
+    out = tmp_path / "results"
+    assert run_cli("score", "--generations", f"AIME2024={dump}", "--output-dir", str(out), "--run", "test_time_saar=on") == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["run"]["test_time_saar"] == "on"
+    [result] = saved["benchmarks"]
+    assert (result["benchmark"], result["problems"], result["samples"], result["n"]) == ("AIME2024", 2, 8, 4)
+    assert result["pass_at"]["pass@1"] == pytest.approx((0.75 + 0.0) / 2)
+    assert result["pass_at"]["pass@2"] == pytest.approx((1.0 + 0.0) / 2)  # C(1,2)=0: A is always solved
+    assert result["pass_at"]["pass@4"] == pytest.approx(0.5)
+    assert result["maj_at_n"] == pytest.approx(0.5)  # A: "42" wins (right); B: "8" wins (wrong)
+    assert result["saar"]["saar_rollbacks_triggered"] == pytest.approx(0.5)
+    assert result["saar"]["saar_rollbacks_recovered"] == pytest.approx(3 / 8)
+    assert result["saar"]["saar_tool_errors"] == pytest.approx((4 * 1 + 4 * 2) / 8)
+    assert "saar_rollback_events" not in result["saar"]
+    with (out / "results.csv").open() as handle:
+        [row] = list(csv.DictReader(handle))
+    assert row["benchmark"] == "AIME2024" and float(row["pass@1"]) == pytest.approx(0.375) and row["maj@4"] == "0.5"
+    printed = capsys.readouterr().out
+    assert "AIME2024" in printed and "37.5" in printed
+
+
+def test_rollout_jsonl_groups_by_uid_and_splits_benchmarks(tmp_path):
+    path = tmp_path / "rollout.jsonl"
+    records = [
+        {"data_source": "AIME2025", "uid": "p1", "score": 1.0, "acc": True, "pred": "3", "saar_rollbacks_triggered": 2},
+        {"data_source": "AIME2025", "uid": "p1", "score": -1.0, "acc": False, "pred": "4", "saar_rollbacks_triggered": 0},
+        {"data_source": "gpqa_diamond", "index": 5, "score": 1.0, "acc": True, "pred": "C"},
+        {"data_source": "gpqa_diamond", "index": 5, "score": 1.0, "acc": True, "pred": "C"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    results = {r.benchmark: r for r in summarize(load_samples(path))}
+    assert results["AIME2025"].pass_at == {"pass@1": 0.5, "pass@2": 1.0}
+    assert results["AIME2025"].saar == {"saar_rollbacks_triggered": 1.0}
+    assert results["gpqa_diamond"].pass_at["pass@1"] == 1.0 and results["gpqa_diamond"].problems == 1
+
+
+def test_records_without_a_benchmark_or_acc_are_rejected(tmp_path):
+    path = tmp_path / "0.jsonl"
+    path.write_text(json.dumps({"input": "q", "output": "a", "score": 1.0, "acc": True, "uid": "x_0_0"}) + "\n")
+    with pytest.raises(ValueError, match="0.jsonl:1: no data_source"):
+        load_samples(path)
+    path.write_text(json.dumps({"data_source": "AIME2024", "score": 1.0, "uid": "x_0_0"}) + "\n")
+    with pytest.raises(ValueError, match="no `acc` field"):
+        load_samples(path)
+
+
+def test_a_directory_uses_its_latest_dump(tmp_path):
+    dump = verl_dump(tmp_path / "val")
+    (dump / "10.jsonl").write_text(
+        json.dumps({"input": "q", "output": "a", "gts": "1", "score": 1.0, "acc": True, "uid": "z_0_0", "step": 10}) + "\n"
+    )
+    samples = load_samples(dump, "AIME2024")
+    assert len(samples) == 1 and samples[0].problem == "z"
