@@ -1,0 +1,109 @@
+"""Service settings, read from the same environment variables as upstream code-judge (plus a few of our own)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from code_judge.execution import Limits
+
+MIB = 1024 * 1024
+
+
+class SettingsError(ValueError):
+    """A setting (environment variable) has an invalid value."""
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    # None: `code-judge serve` starts and owns a private redis-server.
+    redis_uri: str | None = None
+    redis_key_prefix: str = "js"
+    max_execution_time: float = 10.0  # seconds of wall time and of CPU time per run
+    max_memory_mb: int = 256  # address-space limit of a run, in MiB
+    max_output_bytes: int = 1_000_000  # captured per stream while the program runs; the rest is discarded
+    max_processes: int = 64
+    max_file_size_mb: int = 16
+    max_stdout_error_length: int = 1000  # characters of stdout/stderr returned to the client
+    max_workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # How long a request may wait when the client sends no deadline. Upstream expired queued items after 4 s and
+    # answered `queue_timeout`; here nothing expires silently, the queue is bounded instead.
+    max_queue_wait_time: float = 3600.0
+    max_queue_length: int = 100_000  # beyond this, new requests get 503 + Retry-After (overload)
+    max_attempts: int = 2  # runs of one request whose worker died before the request gets `internal_error`
+    worker_heartbeat_interval: float = 1.0
+    worker_heartbeat_timeout: float = 5.0  # a worker silent this long is dead; its job is re-queued
+    redis_result_expire: float = 60.0  # the reply list of a vanished API process is dropped after this
+    redis_socket_timeout: float = 10.0
+    redis_outage_timeout: float = 30.0  # pending requests fail with `internal_error` after Redis is gone this long
+    python_executor_path: str = "/usr/bin/python3"
+    preload_modules: tuple[str, ...] = ("math", "numpy", "sympy")
+
+    def __post_init__(self) -> None:
+        positive = (
+            "max_execution_time",
+            "max_memory_mb",
+            "max_output_bytes",
+            "max_processes",
+            "max_file_size_mb",
+            "max_stdout_error_length",
+            "max_workers",
+            "max_queue_wait_time",
+            "max_queue_length",
+            "max_attempts",
+            "worker_heartbeat_interval",
+            "redis_result_expire",
+            "redis_socket_timeout",
+            "redis_outage_timeout",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"setting {name.upper()} must be > 0, got {getattr(self, name)!r}")
+        if self.worker_heartbeat_timeout <= 2 * self.worker_heartbeat_interval:
+            raise SettingsError(
+                "WORKER_HEARTBEAT_TIMEOUT must exceed twice WORKER_HEARTBEAT_INTERVAL, got "
+                f"{self.worker_heartbeat_timeout} and {self.worker_heartbeat_interval}"
+            )
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            wall_time_s=self.max_execution_time,
+            cpu_time_s=self.max_execution_time,
+            memory_bytes=self.max_memory_mb * MIB,
+            max_output_bytes=self.max_output_bytes,
+            max_processes=self.max_processes,
+            max_file_size_bytes=self.max_file_size_mb * MIB,
+        )
+
+    def replace(self, **changes: object) -> JudgeSettings:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return JudgeSettings(**values)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> JudgeSettings:
+        """Each field is read from its upper-case name (REDIS_URI, MAX_EXECUTION_TIME, ...)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = environ.get(f.name.upper())
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _parse(f.name, f.type, raw)
+        return cls(**values)
+
+
+def _parse(name: str, type_name: object, raw: str) -> object:
+    # Annotations are strings here (`from __future__ import annotations`).
+    try:
+        if type_name in ("int",):
+            return int(raw)
+        if type_name in ("float",):
+            return float(raw)
+        if type_name == "tuple[str, ...]":
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        return raw
+    except ValueError as exc:
+        raise SettingsError(f"environment variable {name.upper()}={raw!r} is not a valid {type_name}") from exc

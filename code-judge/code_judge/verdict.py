@@ -1,0 +1,92 @@
+"""Turn a sandbox `ExecutionResult` (or a service-side failure) into the code-judge response JSON.
+
+Upstream fields keep upstream meaning: `run_success` = exited with status 0 within the limits; `success` =
+`run_success` and, when `expected_output` is given, `stdout.strip() == expected_output.strip()`; `reason` is ""
+for a normal pass or fail (exceptions included), `worker_timeout` when the wall or CPU limit fired,
+`queue_timeout` when the API stopped waiting, `internal_error` when the service failed, `invalid_input` for an
+unsupported `type`. Extra fields (ignored by old clients): `exception_type`, `exception_line`,
+`exception_message`, `exit_code`, `signal`, `truncated` and `limit` (the sandbox limit that fired, or null).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from code_judge.execution import ExecutionResult, LimitHit
+
+WORKER_TIMEOUT = "worker_timeout"
+QUEUE_TIMEOUT = "queue_timeout"
+INTERNAL_ERROR = "internal_error"
+INVALID_INPUT = "invalid_input"
+
+_TIME_LIMITS = (LimitHit.WALL_TIME, LimitHit.CPU_TIME)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the verdict depends on besides the run itself."""
+
+    sub_id: str | None
+    expected_output: str | None
+    with_output: bool  # /run* endpoints return stdout/stderr, /judge* do not
+    max_output_chars: int
+
+
+def _cut(text: str, limit: int) -> tuple[str, bool]:
+    return (text, False) if len(text) <= limit else (text[:limit], True)
+
+
+def execution_verdict(spec: JobSpec, result: ExecutionResult) -> dict[str, Any]:
+    run_success = result.run_success
+    success = run_success
+    if success and spec.expected_output is not None:
+        # Output past the sandbox's capture cap is unknown, so it cannot be declared equal.
+        success = not result.stdout_truncated and result.stdout.strip() == spec.expected_output.strip()
+    reason = WORKER_TIMEOUT if result.limit_hit in _TIME_LIMITS else ""
+    stdout, stdout_cut = _cut(result.stdout, spec.max_output_chars)
+    stderr, stderr_cut = _cut(result.stderr, spec.max_output_chars)
+    verdict: dict[str, Any] = {
+        "sub_id": spec.sub_id,
+        "success": success,
+        "run_success": run_success,
+        "cost": result.cost_s,
+        "reason": reason,
+    }
+    if spec.with_output:
+        verdict["stdout"] = stdout
+        verdict["stderr"] = stderr
+    verdict.update(
+        exception_type=result.exception_type,
+        exception_line=result.exception_line,
+        exception_message=result.exception_message,
+        exit_code=result.exit_code,
+        signal=result.signal,
+        truncated=result.stdout_truncated or result.stderr_truncated or stdout_cut or stderr_cut,
+        limit=None if result.limit_hit is None else result.limit_hit.value,
+    )
+    return verdict
+
+
+def service_verdict(spec: JobSpec, reason: str, message: str, cost_s: float) -> dict[str, Any]:
+    """A verdict the service gives without a finished run; `message` says why (in stderr, for /run)."""
+    verdict: dict[str, Any] = {
+        "sub_id": spec.sub_id,
+        "success": False,
+        "run_success": False,
+        "cost": cost_s,
+        "reason": reason,
+    }
+    if spec.with_output:
+        verdict["stdout"] = ""
+        verdict["stderr"] = message
+    verdict.update(
+        exception_type=None,
+        exception_line=None,
+        exception_message=None,
+        exit_code=None,
+        signal=None,
+        truncated=False,
+        limit=None,
+    )
+    return verdict

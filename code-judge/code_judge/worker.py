@@ -1,0 +1,219 @@
+"""Workers: processes that lease jobs from Redis, run them in a sandbox and reply; and the group that keeps N alive."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import orjson
+import redis
+
+from code_judge.execution import ExecutionResult, Limits
+from code_judge.process import die_with_parent
+from code_judge.queue import QueueKeys, ReapPolicy, WorkerQueue, connect_sync, new_worker_id, reap_sync
+from code_judge.settings import JudgeSettings
+from code_judge.verdict import INTERNAL_ERROR, JobSpec, execution_verdict, service_verdict
+
+logger = logging.getLogger(__name__)
+
+_TAKE_BLOCK_S = 1.0  # how often an idle worker looks at its stop flag
+_REDIS_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
+
+
+class SandboxLike(Protocol):
+    mode: str
+
+    def run(self, source: str, stdin: str, limits: Limits) -> ExecutionResult: ...
+
+    def close(self) -> None: ...
+
+
+SandboxFactory = Callable[[], SandboxLike]
+
+
+class Worker:
+    """Runs leased jobs one at a time; a finished verdict is delivered before anything else happens."""
+
+    def __init__(self, queue: WorkerQueue, sandbox_factory: SandboxFactory, settings: JudgeSettings):
+        self._queue = queue
+        self._sandbox_factory = sandbox_factory
+        self._sandbox = sandbox_factory()
+        self._settings = settings
+        self._limits = settings.limits
+
+    def handle(self, raw: bytes) -> tuple[str, bytes] | None:
+        """Run one job; (reply key, reply message), or None for a job whose client has stopped waiting."""
+        job = orjson.loads(raw)
+        if job["deadline"] < time.time():
+            logger.info("skipping job %s: its client stopped waiting", job["id"])
+            return None
+        spec = JobSpec(
+            sub_id=job["sub_id"],
+            expected_output=job["expected"],
+            with_output=job["with_output"],
+            max_output_chars=self._settings.max_stdout_error_length,
+        )
+        try:
+            verdict = execution_verdict(spec, self._sandbox.run(job["code"], job["stdin"], self._limits))
+        except Exception as exc:  # the sandbox itself failed: answer the client, start a fresh sandbox
+            logger.exception("sandbox failed on job %s", job["id"])
+            verdict = service_verdict(spec, INTERNAL_ERROR, f"sandbox failure: {type(exc).__name__}: {exc}", 0.0)
+            self._restart_sandbox()
+        return job["reply"], job["id"].encode() + b" " + orjson.dumps(verdict)
+
+    def _restart_sandbox(self) -> None:
+        self._sandbox.close()
+        self._sandbox = self._sandbox_factory()
+
+    def serve(self, stop: threading.Event) -> None:
+        job: bytes | None = None  # leased, not yet run
+        undelivered: tuple[str, bytes] | None = None
+        failures = 0
+        while not stop.is_set():
+            try:
+                if undelivered is not None:
+                    job = self._queue.finish_and_take(*undelivered)
+                    undelivered = None
+                elif job is None:
+                    job = self._queue.take(_TAKE_BLOCK_S)
+                else:
+                    answer = self.handle(job)
+                    job = None
+                    if answer is None:
+                        job = self._queue.finish_and_take(None, None)
+                    else:
+                        undelivered = answer
+                failures = 0
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                delay = _REDIS_BACKOFF_S[min(failures, len(_REDIS_BACKOFF_S) - 1)]
+                failures += 1
+                logger.warning("redis unavailable (%s); retrying in %.1f s", exc, delay)
+                stop.wait(delay)
+        self._shutdown(job, undelivered)
+
+    def _shutdown(self, job: bytes | None, undelivered: tuple[str, bytes] | None) -> None:
+        try:
+            if undelivered is not None:
+                job = self._queue.finish_and_take(*undelivered)
+            if job is not None:
+                self._queue.give_back()
+            self._queue.deregister()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # The lease stays in Redis; the reaper re-queues it once this worker's heartbeat is stale.
+            logger.warning("could not hand back work at shutdown: %s", exc)
+        self._sandbox.close()
+
+
+def _heartbeat_loop(queue: WorkerQueue, interval_s: float, stop: threading.Event) -> None:
+    while not stop.wait(interval_s):
+        try:
+            queue.heartbeat()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            logger.warning("heartbeat failed: %s", exc)
+
+
+def worker_process_main(settings: JudgeSettings, worker_id: str, sandbox_factory: SandboxFactory) -> None:
+    """Entry point of one worker process."""
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s worker {os.getpid()}: %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    assert settings.redis_uri is not None
+    client = connect_sync(settings.redis_uri, settings.redis_socket_timeout)
+    queue = WorkerQueue(client, QueueKeys(settings.redis_key_prefix), worker_id, settings.redis_result_expire)
+    worker = Worker(queue, sandbox_factory, settings)
+    queue.heartbeat()  # registered only once its sandbox is warm
+    beat = threading.Thread(
+        target=_heartbeat_loop, args=(queue, settings.worker_heartbeat_interval, stop), daemon=True
+    )
+    beat.start()
+    worker.serve(stop)
+    client.close()
+
+
+@dataclass
+class _Child:
+    worker_id: str
+    process: multiprocessing.process.BaseProcess
+
+
+class WorkerGroup:
+    """Keeps `count` worker processes alive; a dead worker's leased job is re-queued at once."""
+
+    def __init__(self, settings: JudgeSettings, count: int, sandbox_factory: SandboxFactory, sandbox_mode: str):
+        if settings.redis_uri is None:
+            raise ValueError("WorkerGroup needs settings.redis_uri")
+        self._settings = settings
+        self._count = count
+        self._factory = sandbox_factory
+        self._mode = sandbox_mode
+        self._context = multiprocessing.get_context("spawn")
+        self._children: list[_Child] = []
+        self._stop = threading.Event()
+        self._client = connect_sync(settings.redis_uri, settings.redis_socket_timeout)
+        self._keys = QueueKeys(settings.redis_key_prefix)
+        self._policy = ReapPolicy(settings.worker_heartbeat_timeout, settings.max_attempts, settings.redis_result_expire)
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.process.pid for c in self._children if c.process.pid is not None]
+
+    def _spawn(self) -> _Child:
+        worker_id = new_worker_id(self._mode)
+        process = self._context.Process(
+            target=worker_process_main, args=(self._settings, worker_id, self._factory), name=f"judge-{worker_id}"
+        )
+        process.start()
+        return _Child(worker_id, process)
+
+    def start(self) -> None:
+        self._children = [self._spawn() for _ in range(self._count)]
+
+    def supervise(self, tick: Callable[[], object] | None = None) -> None:
+        """Block until stop(): replace dead workers (after re-queueing their leases); call `tick` twice a second."""
+        while not self._stop.is_set():
+            if tick is not None:
+                tick()
+            sentinels = [c.process.sentinel for c in self._children]
+            multiprocessing.connection.wait(sentinels, timeout=0.5)
+            if self._stop.is_set():
+                break
+            for index, child in enumerate(self._children):
+                if child.process.is_alive():
+                    continue
+                logger.warning("worker %s exited with %s; replacing it", child.worker_id, child.process.exitcode)
+                self._reap(child.worker_id)
+                self._children[index] = self._spawn()
+
+    def _reap(self, worker_id: str) -> None:
+        try:
+            requeued, given_up = reap_sync(self._client, self._keys, self._policy, worker_id)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # Left to the API's periodic reaper, which sees the stale heartbeat.
+            logger.warning("could not reap worker %s now: %s", worker_id, exc)
+            return
+        if requeued or given_up:
+            logger.warning("worker %s died holding a job: %d re-queued, %d given up", worker_id, requeued, given_up)
+
+    def stop(self, grace_s: float) -> None:
+        self._stop.set()
+        for child in self._children:
+            if child.process.is_alive():
+                child.process.terminate()
+        deadline = time.monotonic() + grace_s
+        for child in self._children:
+            child.process.join(max(0.0, deadline - time.monotonic()))
+            if child.process.is_alive():
+                child.process.kill()
+                child.process.join()
+                self._reap(child.worker_id)
+        self._client.close()
