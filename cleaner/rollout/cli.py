@@ -1,0 +1,124 @@
+"""`cleaner rollout`: the CLEANER agent loop over a problem set against a running inference server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from .clients import BACKENDS, ServerClientConfig
+
+logger = logging.getLogger(__name__)
+
+SAAR_MODES = {"on": (True,), "off": (False,)}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "rollout",
+        help="run the CLEANER agent loop over a parquet of problems against an inference server",
+        description=__doc__,
+    )
+    parser.add_argument("--data", type=Path, required=True, help="problems: parquet (verl RLHF format) or JSONL")
+    parser.add_argument("--output", type=Path, required=True, help="JSONL of trajectories (appended; resumes)")
+    parser.add_argument("--backend", choices=BACKENDS, default="llamacpp")
+    parser.add_argument("--server-url", required=True, help="base URL of the running inference server")
+    parser.add_argument("--model-name", default="default", help="served model name (vLLM)")
+    tokenizer = parser.add_mutually_exclusive_group(required=True)
+    tokenizer.add_argument("--tokenizer", help="Hugging Face tokenizer dir or name of the served model")
+    tokenizer.add_argument("--gguf", type=Path, help="the served Qwen2.5 GGUF: its tokenizer is derived from it")
+    parser.add_argument("--judge-url", help="code-judge URL (overrides judge_url in the tool config)")
+    parser.add_argument("--saar", choices=sorted(SAAR_MODES), default="on", help="SAAR rollback on or off (write each mode to its own --output)")
+    parser.add_argument("-n", "--n-samples", type=int, default=1, help="trajectories per problem")
+    parser.add_argument("--limit", type=int, help="only the first N problems")
+    parser.add_argument("--concurrency", type=int, default=2, help="trajectories in flight")
+    parser.add_argument("--trajectory-timeout", type=float, default=600.0, help="seconds per trajectory")
+    parser.add_argument("--request-timeout", type=float, default=300.0, help="seconds per generate request")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--prompt-length", type=int, default=1024)
+    parser.add_argument("--response-length", type=int, default=1024)
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="cap per assistant turn")
+    parser.add_argument("--max-assistant-turns", type=int, default=4)
+    parser.add_argument("--tool-format", default="hermes", help="verl ToolParser name (multi_turn.format)")
+    parser.add_argument("--agent-name", default="cleaner_tool_agent", help="for problems without agent_name")
+    parser.add_argument("--override", action="append", default=[], help="extra hydra override of verl's config")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(func=run)
+
+
+def load_tokenizer(args: argparse.Namespace):
+    if args.gguf is not None:
+        from .model_assets import default_cache_dir
+        from .qwen25_tokenizer import load_qwen25_tokenizer
+
+        if not args.gguf.is_file():
+            raise FileNotFoundError(f"GGUF model file not found: {args.gguf}")
+        return load_qwen25_tokenizer(args.gguf, default_cache_dir())
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(args.tokenizer)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from cleaner.rewards import compute_score
+
+    from .clients import make_client
+    from .driver import RolloutRunner, RolloutSettings
+    from .problems import load_problems
+    from .records import read_records
+    from .summary import render_table, summarize
+
+    problems = load_problems(args.data, args.limit)
+    settings = RolloutSettings(
+        output_path=args.output,
+        n_samples=args.n_samples,
+        saar_modes=SAAR_MODES[args.saar],
+        agent_name=args.agent_name,
+        judge_url=args.judge_url,
+        tool_format=args.tool_format,
+        prompt_length=args.prompt_length,
+        response_length=args.response_length,
+        max_assistant_turns=args.max_assistant_turns,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        trajectory_timeout_s=args.trajectory_timeout,
+        overrides=tuple(args.override),
+        reward_kwargs={"judge_url": args.judge_url} if args.judge_url else {},
+    )
+    client = make_client(
+        ServerClientConfig(
+            backend=args.backend,
+            url=args.server_url,
+            max_new_tokens=args.max_new_tokens,
+            max_model_len=args.prompt_length + args.response_length,
+            request_timeout_s=args.request_timeout,
+            model=args.model_name,
+        )
+    )
+    runner = RolloutRunner(settings, client, load_tokenizer(args), compute_score, show_progress=not args.no_progress)
+
+    async def main():
+        try:
+            return await runner.run(problems)
+        finally:
+            await client.aclose()
+
+    result = asyncio.run(main())
+    console = Console()
+    wanted = {problem.problem_id for problem in problems}
+    records = [
+        r for r in read_records(args.output) if r["problem_id"] in wanted and r["saar"] in settings.saar_modes
+    ]
+    if records:
+        console.print(render_table(summarize(records), title=f"rollout summary ({args.output})"))
+    for saar, wall in sorted(result.wall_s_per_mode.items()):
+        console.print(f"SAAR {'on' if saar else 'off'}: {wall:.1f} s wall for this run's trajectories")
+    console.print(f"{result.written} written, {result.skipped} already done (resumed), {len(result.failed)} failed")
+    return 1 if result.failed else 0

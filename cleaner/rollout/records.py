@@ -1,0 +1,192 @@
+"""One JSONL record per trajectory, and the append-only file that makes a rollout resumable."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cleaner.saar.stats import EXTRA_FIELD_KEYS, PREFIX
+
+logger = logging.getLogger(__name__)
+
+RECORD_VERSION = 1
+
+
+def trajectory_key(problem_id: str, sample: int, saar: bool) -> str:
+    return f"{problem_id}#{sample}#{'saar' if saar else 'nosaar'}"
+
+
+def mask_segments(mask: list[int]) -> list[tuple[int, int, int]]:
+    """Maximal runs of equal mask values as (start, end, value): mask 1 = model tokens, 0 = context."""
+    segments = []
+    start = 0
+    for index in range(1, len(mask) + 1):
+        if index == len(mask) or mask[index] != mask[start]:
+            segments.append((start, index, mask[start]))
+            start = index
+    return segments
+
+
+def response_pieces(response_ids: list[int], mask: list[int], spliced_spans: list, tokenizer) -> list[dict[str, Any]]:
+    """The response cut at mask changes and spliced-span edges, each piece decoded.
+
+    A piece is `{role, turn, start, end, text, spliced_attempt}`: role "assistant" (mask 1) or "context"
+    (tool responses and chat-template boundaries, mask 0); `turn` counts assistant turns (0-based, the
+    coordinate of `rollback_events[].position`); `spliced_attempt` is the resample number the tokens came
+    from, or None for first-attempt tokens. The report renders trajectories from these pieces alone.
+    """
+    cuts = {0, len(mask)}
+    for start, end, _ in spliced_spans:
+        cuts.update((start, end))
+    cuts.update(start for start, _, _ in mask_segments(mask))
+    cuts = sorted(c for c in cuts if 0 <= c <= len(mask))
+    attempt_at = {}
+    for start, end, attempt in spliced_spans:
+        for index in range(start, end):
+            attempt_at[index] = attempt
+    pieces, turn = [], -1
+    for start, end in zip(cuts, cuts[1:]):
+        is_model = bool(mask[start])
+        if is_model and (not pieces or pieces[-1]["role"] != "assistant"):
+            turn += 1
+        pieces.append(
+            {
+                "role": "assistant" if is_model else "context",
+                "turn": turn,
+                "start": start,
+                "end": end,
+                "text": tokenizer.decode(response_ids[start:end], skip_special_tokens=False),
+                "spliced_attempt": attempt_at.get(start),
+            }
+        )
+    return pieces
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class CallTiming:
+    generate_calls: int
+    generated_tokens: int  # every sampled token, including resamples SAAR threw away
+    generate_s: float
+
+
+def build_record(
+    *,
+    problem,
+    sample: int,
+    saar: bool,
+    seed: int,
+    output,
+    tokenizer,
+    reward: dict[str, Any],
+    timing: CallTiming,
+    latency_s: float,
+) -> dict[str, Any]:
+    """The JSONL record of one finished trajectory (`output` is verl's AgentLoopOutput)."""
+    response_ids = list(output.response_ids)
+    mask = list(output.response_mask)
+    if len(mask) != len(response_ids):
+        raise ValueError(f"response_mask has {len(mask)} entries for {len(response_ids)} response tokens")
+    extra = output.extra_fields or {}
+    missing = [key for key in EXTRA_FIELD_KEYS if key not in extra]
+    if missing:
+        raise ValueError(f"agent loop output lacks SAAR stats {missing}: is agent_name a CLEANER loop?")
+    pieces = response_pieces(response_ids, mask, extra[PREFIX + "spliced_spans"], tokenizer)
+    record = {
+        "version": RECORD_VERSION,
+        "key": trajectory_key(problem.problem_id, sample, saar),
+        "uid": problem.problem_id,  # the n samples of a problem share it (as `cleaner eval` expects)
+        "problem_id": problem.problem_id,
+        "sample": sample,
+        "saar": saar,
+        "seed": seed,
+        "data_source": problem.data_source,
+        "ground_truth": problem.ground_truth,
+        "prompt_ids": list(output.prompt_ids),
+        "response_ids": response_ids,
+        "response_mask": mask,
+        "response_logprobs": list(output.response_logprobs) if output.response_logprobs is not None else None,
+        "prompt_text": tokenizer.decode(list(output.prompt_ids), skip_special_tokens=False),
+        # What the reward function scored (verl decodes without special tokens).
+        "response": tokenizer.decode(response_ids, skip_special_tokens=True),
+        "pieces": pieces,
+        "num_turns": int(output.num_turns),
+        "timing": {
+            "latency_s": latency_s,
+            "generate_calls": timing.generate_calls,
+            "generated_tokens": timing.generated_tokens,
+            "generate_s": timing.generate_s,
+        },
+    }
+    # Flat, like verl's validation dump: reward keys (score, acc, pred, ...) and every saar_* field.
+    for source in (reward, {key: extra[key] for key in EXTRA_FIELD_KEYS}):
+        clashes = sorted(set(source) & set(record))
+        if clashes:
+            raise ValueError(f"reward/stat keys {clashes} clash with trajectory record fields")
+        record.update(source)
+    if "score" not in record:
+        raise ValueError("the reward has no `score`")
+    return record
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every complete record of a rollout file (a torn last line from an interrupted run is skipped)."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):  # no trailing newline: the writer was killed mid-line
+                logger.warning("%s: ignoring the torn last line of an interrupted run", path)
+                continue
+            raise ValueError(f"{path}:{number}: corrupt record (not JSON)") from None
+    return records
+
+
+class RecordFile:
+    """Append-only JSONL; on open, drops a torn last line and reports which trajectories are done."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: set[str] = set()
+        if path.exists():
+            self._drop_torn_tail()
+            self.done = {record["key"] for record in read_records(path)}
+        self._handle = open(path, "a", encoding="utf-8")
+
+    def _drop_torn_tail(self) -> None:
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            with open(self.path, "r+b") as handle:
+                handle.truncate(keep)
+            logger.warning("%s: dropped a torn last line (%d bytes) left by an interrupted run", self.path, len(data) - keep)
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(record, default=_jsonable, ensure_ascii=False) + "\n")
+        self._handle.flush()
+        self.done.add(record["key"])
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> RecordFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
