@@ -22,6 +22,7 @@ from verl.tools.schemas import (
     ToolResponse,
 )
 
+import cleaner.tools.tool_parser  # noqa: F401  (registers `cleaner_lenient*` wherever this tool is loaded)
 from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome
 from cleaner.tools.cell import build_program
 from cleaner.tools.feedback import INFRA_TEXT, bad_call_text, classify, render
