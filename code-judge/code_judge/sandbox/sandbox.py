@@ -122,7 +122,7 @@ def read_only_memfd(name: str, data: bytes) -> int:
     """An in-memory file holding `data`, opened read-only, so the program can neither block on it nor change it."""
     writable = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        os.write(writable, data) if len(data) < (1 << 20) else write_all(writable, data)
+        write_all(writable, data)
         return os.open(f"/proc/self/fd/{writable}", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(writable)

@@ -1,0 +1,184 @@
+"""Each test runs a real attack inside the real bubblewrap sandbox and checks it is contained."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+import code_judge
+from code_judge.execution import Limits
+from code_judge.sandbox import Sandbox, SandboxConfig, SandboxCrashed
+
+LIMITS = Limits(wall_time_s=5, cpu_time_s=5)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(SandboxConfig()) as box:
+        yield box
+
+
+def run(sandbox: Sandbox, source: str, limits: Limits = LIMITS):
+    return sandbox.run(textwrap.dedent(source), "", limits)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to the sandbox uid needs a root supervisor")
+def test_program_runs_as_the_unprivileged_user(sandbox):
+    result = run(
+        sandbox,
+        """
+        import os
+        print(os.getuid(), os.geteuid(), os.getgid(), os.getgroups())
+        try:
+            open("/etc/shadow").read()
+        except PermissionError:
+            print("shadow denied")
+        """,
+    )
+    assert result.stdout.split("\n")[:2] == ["65534 65534 65534 []", "shadow denied"]
+
+
+def test_no_network_not_even_the_hosts_loopback(sandbox):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        result = run(
+            sandbox,
+            f"""
+            import os, socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=2)
+                print("connected")
+            except OSError as error:
+                print(type(error).__name__)
+            print([line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]])
+            """,
+        )
+    assert result.stdout == "ConnectionRefusedError\n['lo']\n"
+
+
+def test_service_files_and_environment_are_invisible(sandbox, monkeypatch):
+    monkeypatch.setenv("REDIS_URI", "redis://secret@127.0.0.1:6379")
+    judge_source = Path(code_judge.__file__).resolve()
+    result = run(
+        sandbox,
+        f"""
+        import os
+        for path in [{str(judge_source)!r}, {str(judge_source.parent)!r}, "/root", "/home", "/work"]:
+            print(path, os.path.exists(path))
+        try:
+            open("/proc/1/environ").read()
+        except PermissionError:
+            print("zygote environ denied")
+        print(sorted(k for k in os.environ if "REDIS" in k or "SECRET" in k))
+        """,
+    )
+    lines = result.stdout.splitlines()
+    assert [line.rsplit(" ", 1)[1] for line in lines[:5]] == ["False"] * 5
+    assert lines[5:] == ["zygote environ denied", "[]"]
+
+
+def test_system_is_read_only_and_each_run_gets_a_fresh_private_dir(sandbox):
+    first = run(
+        sandbox,
+        """
+        import os
+        for path in ["/usr/evil", "/etc/evil", "/evil", "/proc/evil"]:
+            try:
+                open(path, "w").write("x")
+                print("wrote", path)
+            except OSError:
+                pass
+        open("left-behind.txt", "w").write("x")
+        open("/dev/shm/left-behind", "w").write("x")
+        os.mkdir("/tmp/locked"); os.chmod("/tmp/locked", 0)
+        print(os.getcwd())
+        """,
+    )
+    assert "wrote" not in first.stdout
+    second = run(
+        sandbox,
+        """
+        import os
+        print(os.listdir("."), os.listdir("/dev/shm"), sorted(os.listdir("/tmp")))
+        """,
+    )
+    assert second.stdout == "['solution.py'] [] ['run']\n"
+
+
+def test_every_process_of_a_run_is_gone_when_the_verdict_returns(sandbox):
+    detached = run(
+        sandbox,
+        """
+        import os, subprocess, time
+        subprocess.Popen(["sleep", "100"])                      # plain child
+        subprocess.Popen(["sleep", "100"], start_new_session=True)  # own session
+        if os.fork() == 0:                                       # classic daemon: double fork, holding stdout
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(100)
+            os._exit(0)
+        print("parent done")
+        """,
+    )
+    assert detached.stdout == "parent done\n"
+    assert detached.cost_s < 2
+    survivors = run(
+        sandbox,
+        """
+        import os
+        print(sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()))
+        """,
+    )
+    assert survivors.stdout == "[1]\n"
+
+
+def test_program_cannot_kill_trace_or_inspect_the_zygote(sandbox):
+    result = run(
+        sandbox,
+        """
+        import os, signal
+        for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP, signal.SIGINT):
+            os.kill(os.getppid(), sig)
+            os.kill(1, sig)
+        for path in ("/proc/1/mem", "/proc/1/fd"):
+            try:
+                os.listdir(path) if path.endswith("fd") else open(path, "rb").read(1)
+            except PermissionError:
+                print("denied", path)
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process we may signal, except ourselves
+        except ProcessLookupError:
+            print("nobody to kill")
+        """,
+    )
+    assert result.stdout == "denied /proc/1/mem\ndenied /proc/1/fd\nnobody to kill\n"
+    assert result.exit_code == 0
+    assert run(sandbox, "print('still serving')").stdout == "still serving\n"
+
+
+def test_zygote_killed_from_outside_mid_run_is_reported_and_replaced():
+    before = set(own_children())
+    with Sandbox(SandboxConfig()) as box:
+        (bwrap_pid,) = set(own_children()) - before
+        assert Path(f"/proc/{bwrap_pid}/comm").read_text().strip() == "bwrap"
+        killer = threading.Timer(0.3, os.kill, (bwrap_pid, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(SandboxCrashed, match="died during a run"):
+            box.run("import time; time.sleep(3)", "", LIMITS)
+        killer.join()
+        assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
+
+
+def own_children() -> list[int]:
+    children = []
+    for task in os.listdir("/proc/self/task"):
+        children += [int(pid) for pid in Path(f"/proc/self/task/{task}/children").read_text().split()]
+    return children

@@ -1,0 +1,121 @@
+"""What a run reports: output read with a cap, supervisor-measured cost, the program's own exceptions and exit."""
+
+from __future__ import annotations
+
+import resource
+import textwrap
+import time
+
+import pytest
+
+from code_judge.execution import LimitHit, Limits
+from code_judge.sandbox import Sandbox, SandboxConfig
+
+LIMITS = Limits(wall_time_s=10, cpu_time_s=10)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(SandboxConfig()) as box:
+        yield box
+
+
+def run(sandbox: Sandbox, source: str, stdin: str = "", limits: Limits = LIMITS):
+    return sandbox.run(textwrap.dedent(source), stdin, limits)
+
+
+def test_100_mb_of_prints_costs_neither_memory_nor_time(sandbox):
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    result = run(
+        sandbox,
+        """
+        import sys
+        chunk = "y" * (1 << 20)
+        for _ in range(100):
+            sys.stdout.write(chunk)
+        print("done", file=sys.stderr)
+        """,
+        limits=Limits(max_output_bytes=1000),
+    )
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 0 and result.run_success
+    assert result.stdout == "y" * 1000 and result.stdout_truncated
+    assert result.stderr == "done\n" and not result.stderr_truncated
+    assert result.limit_hit is LimitHit.OUTPUT
+    assert elapsed < 3
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
+    assert grown_kib < 20 * 1024
+
+
+def test_marker_like_text_is_just_output_and_cannot_forge_cost(sandbox):
+    markers = "@@E\n@@D0.000001\n__CODE_JUDGE__ exit=0 cost=0\n"
+    result = run(
+        sandbox,
+        f"""
+        import os, sys, time
+        time.sleep(0.3)
+        sys.stdout.write({markers!r})
+        sys.stdout.flush()
+        os._exit(0)
+        """,
+    )
+    assert result.stdout == markers
+    assert result.exit_code == 0
+    assert 0.3 <= result.cost_s < 1.0
+
+
+def test_uncaught_exception_reports_type_line_message_with_the_users_own_line_numbers(sandbox):
+    result = run(
+        sandbox,
+        """
+        def helper():
+            return undefined_name
+
+        helper()
+        """,
+    )
+    assert (result.exit_code, result.exception_type, result.exception_line) == (1, "NameError", 3)
+    assert result.exception_message == "name 'undefined_name' is not defined"
+    assert 'solution.py", line 5, in <module>' in result.stderr
+    assert 'solution.py", line 3, in helper' in result.stderr
+    assert "zygote" not in result.stderr and "<string>" not in result.stderr
+
+
+def test_syntax_error_is_reported_before_running(sandbox):
+    result = run(sandbox, "print('ran')\nif True\n    pass\n")
+    assert result.stdout == ""
+    assert (result.exit_code, result.exception_type, result.exception_line) == (1, "SyntaxError", 2)
+    assert "SyntaxError" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "exit_code", "stderr"),
+    [("import sys; sys.exit(3)", 3, ""), ("raise SystemExit('bye')", 1, "bye\n"), ("import os; os._exit(7)", 7, "")],
+)
+def test_exit_status_is_the_programs(sandbox, source, exit_code, stderr):
+    result = run(sandbox, source)
+    assert (result.exit_code, result.signal, result.stderr, result.exception_type) == (exit_code, None, stderr, None)
+
+
+def test_stdin_and_preloaded_modules(sandbox):
+    source = """
+        import numpy as np, sympy
+        a, b = map(int, input().split())
+        print(a + b, np.random.randint(1 << 30), sympy.factorint(360))
+        """
+    first, second = run(sandbox, source, "2 40\n"), run(sandbox, source, "2 40\n")
+    assert first.stdout.startswith("42 ") and first.stdout.endswith("{2: 3, 3: 2, 5: 1}\n")
+    # numpy's global generator is reseeded per run, so forked runs do not repeat each other.
+    assert first.stdout != second.stdout
+
+
+def test_non_daemon_threads_finish_before_exit(sandbox):
+    result = run(
+        sandbox,
+        """
+        import threading, time
+        threading.Thread(target=lambda: (time.sleep(0.1), print("thread done"))).start()
+        """,
+    )
+    assert result.stdout == "thread done\n"
