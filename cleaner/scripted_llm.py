@@ -139,3 +139,160 @@ class ScriptedLLMServer:
 
     def requests_for(self, marker: str) -> list[RecordedRequest]:
         return [request for request in self.requests if request.marker == marker]
+
+
+# ---- a scripted Python tool and a ready-made loop, for tests and benchmarks ------------------------
+
+# A scripted call's code declares what the tool reports, on a line of its own:
+#   "# outcome: ok" (the default), "# outcome: exception NameError", "# outcome: syntax_error",
+#   "# outcome: timeout", "# outcome: bad_call", "# outcome: infra judge_unreachable", ...
+OUTCOME_DIRECTIVE = "# outcome:"
+INFRA_TEXT = "Error: the execution service is unavailable."
+
+
+def scripted_outcome(code: str):
+    """The `ToolOutcome` a scripted call's code asks for (see OUTCOME_DIRECTIVE)."""
+    from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, ErrorCategory, ToolOutcome
+
+    for line in code.splitlines():
+        line = line.strip()
+        if not line.startswith(OUTCOME_DIRECTIVE):
+            continue
+        words = line[len(OUTCOME_DIRECTIVE) :].split()
+        if not words:
+            raise ValueError(f"empty outcome directive in {code!r}")
+        if words[0] == "ok":
+            return ToolOutcome.ok()
+        if words[0] == "infra":
+            category = ErrorCategory(words[1])
+            if category not in INFRA_ERROR_CATEGORIES:
+                raise ValueError(f"{category.value} is not an infrastructure error")
+            return ToolOutcome.infra_error(category, detail="scripted")
+        return ToolOutcome.model_error(ErrorCategory(words[0]), exception_type=words[1] if len(words) > 1 else None)
+    return ToolOutcome.ok()
+
+
+def scripted_tool_text(code: str, outcome) -> str:
+    """What the scripted tool prints: distinct per code, so tests can find it in a trajectory."""
+    from cleaner.saar.outcome import OutcomeKind
+
+    import zlib
+
+    tag = f"{zlib.crc32(code.encode()):08x}"
+    if outcome.kind is OutcomeKind.OK:
+        return f"stdout: result-{tag}"
+    if outcome.kind is OutcomeKind.INFRA_ERROR:
+        return INFRA_TEXT
+    name = outcome.exception_type or outcome.category.value
+    return f"Traceback (most recent call last):\n{name}: scripted failure err-{tag}"
+
+
+def scripted_python_tool(name: str = "code_interpreter"):
+    """A verl `BaseTool` that runs nothing: each call reports the outcome its code declares.
+
+    Its `calls` list records every executed code, in order.
+    """
+    from verl.tools.base_tool import BaseTool
+    from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+    from cleaner.saar.outcome import TOOL_OUTCOME_KEY
+
+    class ScriptedPythonTool(BaseTool):
+        def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema):
+            super().__init__(config, tool_schema)
+            self.calls: list[str] = []
+
+        async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any):
+            code = parameters.get("code")
+            if not isinstance(code, str):
+                from cleaner.saar.outcome import ErrorCategory, ToolOutcome
+
+                outcome = ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail="missing code")
+                return ToolResponse(text="Error: missing `code`."), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
+            self.calls.append(code)
+            outcome = scripted_outcome(code)
+            return ToolResponse(text=scripted_tool_text(code, outcome)), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
+
+    schema = OpenAIFunctionToolSchema.model_validate(
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": "Run Python code.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"code": {"type": "string", "description": "Python code"}},
+                    "required": ["code"],
+                },
+            },
+        }
+    )
+    return ScriptedPythonTool({"type": "native"}, schema)
+
+
+def tool_call_text(code: str, name: str = "code_interpreter") -> str:
+    """A hermes `<tool_call>` block, as a Qwen model writes it."""
+    import json
+
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"code": code}}) + "\n</tool_call>"
+
+
+def agent_loop_config(*, response_length: int = 4096, prompt_length: int = 2048, **multi_turn: Any):
+    """A minimal verl trainer config for constructing agent loops by hand (training sampling at T=1)."""
+    from omegaconf import OmegaConf
+
+    turns = {
+        "enable": True,
+        "max_assistant_turns": None,
+        "max_user_turns": None,
+        "max_parallel_calls": 1,
+        "max_tool_response_length": 256,
+        "tool_response_truncate_side": "middle",
+        "format": "hermes",
+        **multi_turn,
+    }
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {
+                    "prompt_length": prompt_length,
+                    "response_length": response_length,
+                    "full_determinism": False,
+                    "temperature": 1.0,
+                    "top_p": 1.0,
+                    "top_k": -1,
+                    "calculate_log_probs": True,
+                    "val_kwargs": {"temperature": 1.0, "top_p": 0.6, "top_k": -1, "n": 1, "do_sample": True},
+                    "multi_turn": turns,
+                }
+            },
+            "data": {"apply_chat_template_kwargs": {}},
+        }
+    )
+
+
+def build_agent_loop(loop_cls, config, server, tokenizer, tools: list, hf_model_type: str = "qwen3"):
+    """Instantiate an agent loop the way verl's worker does (keyword arguments, wrapped config/tools)."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    return loop_cls(
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        hf_model_type=hf_model_type,
+        tools=ToolListWrap(tools),
+    )
+
+
+def training_sampling_params(config) -> dict[str, Any]:
+    rollout = config.actor_rollout_ref.rollout
+    return {"temperature": rollout.temperature, "top_p": rollout.top_p, "top_k": rollout.top_k, "repetition_penalty": 1.0, "logprobs": True}
+
+
+def validation_sampling_params(config) -> dict[str, Any]:
+    val = config.actor_rollout_ref.rollout.val_kwargs
+    return {"temperature": val.temperature, "top_p": val.top_p, "top_k": val.top_k, "repetition_penalty": 1.0, "logprobs": True}

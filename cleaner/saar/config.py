@@ -1,0 +1,109 @@
+"""SAAR settings, read from verl's `actor_rollout_ref.rollout.multi_turn` section.
+
+The first three keys are the reference code's, so its recipes' `+...multi_turn.<key>=` overrides keep
+working; the others are settings the reference had hard-coded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, MODEL_ERROR_CATEGORIES, ErrorCategory
+from cleaner.saar.similarity import SIMILARITIES
+
+CONFIG_KEYS = (
+    "enable_tool_rollback",
+    "max_tool_retries",
+    "rollback_probability",
+    "rollback_similarity_threshold",
+    "rollback_similarity",
+    "rollback_in_validation",
+    "rollback_on_errors",
+    "rollback_seed",
+)
+
+
+class SaarConfigError(ValueError):
+    """A SAAR setting under `actor_rollout_ref.rollout.multi_turn` is invalid."""
+
+
+@dataclass(frozen=True)
+class SaarConfig:
+    enable_tool_rollback: bool = False
+    max_tool_retries: int = 3  # K: resamples allowed per failing tool position
+    rollback_probability: float = 1.0  # share of trajectories that get SAAR (drawn once per trajectory)
+    rollback_similarity_threshold: float = 0.5  # gamma: similarity >= gamma is a shallow (call-only) splice
+    rollback_similarity: str = "difflib"
+    rollback_in_validation: bool = False
+    rollback_on_errors: tuple[ErrorCategory, ...] = MODEL_ERROR_CATEGORIES
+    rollback_seed: int = 0
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.enable_tool_rollback, bool), "enable_tool_rollback must be true or false")
+        _require(isinstance(self.rollback_in_validation, bool), "rollback_in_validation must be true or false")
+        _require(
+            _is_int(self.max_tool_retries) and self.max_tool_retries >= 0,
+            f"max_tool_retries must be an integer >= 0, got {self.max_tool_retries!r}",
+        )
+        _require(
+            _is_number(self.rollback_probability) and 0.0 <= self.rollback_probability <= 1.0,
+            f"rollback_probability must be a number in [0, 1], got {self.rollback_probability!r}",
+        )
+        _require(
+            _is_number(self.rollback_similarity_threshold) and 0.0 <= self.rollback_similarity_threshold <= 1.0,
+            f"rollback_similarity_threshold must be a number in [0, 1], got {self.rollback_similarity_threshold!r}",
+        )
+        _require(
+            self.rollback_similarity in SIMILARITIES,
+            f"rollback_similarity must be one of {sorted(SIMILARITIES)}, got {self.rollback_similarity!r}",
+        )
+        _require(_is_int(self.rollback_seed), f"rollback_seed must be an integer, got {self.rollback_seed!r}")
+        _require(len(self.rollback_on_errors) > 0, "rollback_on_errors must name at least one model error category")
+
+    @classmethod
+    def from_multi_turn(cls, multi_turn: Mapping[str, Any] | None) -> SaarConfig:
+        """Build from `actor_rollout_ref.rollout.multi_turn` (a DictConfig or dict); absent keys keep defaults."""
+        section = multi_turn or {}
+        values = {key: section[key] for key in CONFIG_KEYS if key in section and section[key] is not None}
+        if "rollback_on_errors" in values:
+            values["rollback_on_errors"] = parse_error_categories(values["rollback_on_errors"])
+        return cls(**values)
+
+
+def parse_error_categories(raw: Any) -> tuple[ErrorCategory, ...]:
+    if isinstance(raw, str) or not hasattr(raw, "__iter__"):
+        raise SaarConfigError(f"rollback_on_errors must be a list of error categories, got {raw!r}")
+    model_values = [category.value for category in MODEL_ERROR_CATEGORIES]
+    infra_values = {category.value for category in INFRA_ERROR_CATEGORIES}
+    categories = []
+    for item in raw:
+        name = str(item)
+        if name in infra_values:
+            raise SaarConfigError(
+                f"rollback_on_errors: {name!r} is an infrastructure error; those are never rolled back "
+                f"(they mark the trajectory instead). Model error categories: {model_values}"
+            )
+        if name not in model_values:
+            hint = (
+                " (the reference code's exception names were only labels; exceptions are the 'exception' category)"
+                if name[:1].isupper()
+                else ""
+            )
+            raise SaarConfigError(f"rollback_on_errors: unknown category {name!r}{hint}; choose from {model_values}")
+        categories.append(ErrorCategory(name))
+    return tuple(dict.fromkeys(categories))
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise SaarConfigError(f"actor_rollout_ref.rollout.multi_turn: {message}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
