@@ -160,11 +160,11 @@ class MathVerifyPool:
 
     def _replace(self, index: int, verdict: MathVerdict) -> None:
         worker = self._workers[index]
-        if worker.task is not None:
-            _resolve(worker.task.future, verdict.value)
-            logger.warning("math-verify %s on gold=%.80r pred=%.80r", verdict.value, worker.task.gold, worker.task.pred)
         self._stop(worker)
         self._workers[index] = self._spawn()
+        if worker.task is not None:
+            logger.warning("math-verify %s on gold=%.80r pred=%.80r", verdict.value, worker.task.gold, worker.task.pred)
+            _resolve(worker.task.future, verdict.value)
 
     def _dispatch(self) -> None:
         with self._lock:
