@@ -1,0 +1,128 @@
+import pytest
+
+from cleaner.saar.config import SaarConfig
+from cleaner.saar.outcome import ErrorCategory, ToolOutcome
+from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
+from cleaner.saar.stats import TrajectoryStats
+
+OK = ToolOutcome.ok()
+NAME_ERROR = ToolOutcome.model_error(ErrorCategory.EXCEPTION, "NameError")
+TIMEOUT = ToolOutcome.model_error(ErrorCategory.TIMEOUT)
+INFRA = ToolOutcome.infra_error(ErrorCategory.QUEUE_TIMEOUT)
+
+
+def policy(active=True, **overrides):
+    stats = TrajectoryStats()
+    return RollbackPolicy(SaarConfig(enable_tool_rollback=True, **overrides), active, stats), stats
+
+
+def fail_round(p, outcome=NAME_ERROR, code="print(y)"):
+    return p.on_round([outcome], position=0, code=code, feedback=f"{outcome.exception_type}: boom", checkpoint="cp", failed_turn="turn")
+
+
+def test_recovery_after_one_retry():
+    p, stats = policy()
+    assert fail_round(p) is Action.RETRY and p.resampling
+    assert p.open.checkpoint == "cp" and p.open.failed_turn == "turn"
+    p.on_resample(12)
+    assert p.on_round([OK], position=1, code="print(x)", feedback="1") is Action.PURIFY
+    mode, similarity = p.choose_mode("print(x)", splittable=True)
+    assert mode == "shallow" and similarity >= 0.5
+    event = p.on_purified(mode, similarity, "print(x)", mentions_error=False)
+    assert not p.resampling
+    assert (event.retries, event.resampled_tokens, event.mode, event.failed_code) == (1, 12, "shallow", "print(y)")
+    assert (stats.rollbacks_triggered, stats.rollbacks_recovered, stats.rollbacks_shallow, stats.rollbacks_deep) == (1, 1, 1, 0)
+    assert (stats.tool_calls, stats.first_attempt_calls, stats.first_attempt_successes) == (2, 1, 0)
+    assert stats.failures[ErrorCategory.EXCEPTION] == 1
+
+
+def test_dissimilar_or_unsplittable_replacements_are_deep():
+    p, stats = policy()
+    fail_round(p, code="import math\nprint(math.pi)")
+    assert p.choose_mode("total = sum(range(10))\nprint(total)", splittable=True)[0] == "deep"
+    assert p.choose_mode("import math\nprint(math.pi)", splittable=False)[0] == "deep"
+    p.on_purified("deep", 0.1, "x", mentions_error=True)
+    assert (stats.rollbacks_deep, stats.deep_mentions_error) == (1, 1)
+
+
+def test_threshold_is_inclusive():
+    p, _ = policy(rollback_similarity_threshold=1.0)
+    fail_round(p, code="same")
+    assert p.choose_mode("same", splittable=True)[0] == "shallow"
+
+
+def test_k_retries_then_give_up_and_keep_going():
+    p, stats = policy(max_tool_retries=2)
+    assert fail_round(p) is Action.RETRY
+    p.on_resample(5)
+    assert fail_round(p, TIMEOUT) is Action.RETRY
+    p.on_resample(6)
+    assert fail_round(p) is Action.CONTINUE and not p.resampling
+    assert (stats.rollbacks_triggered, stats.rollbacks_failed, stats.retries_used, stats.resampled_tokens) == (1, 1, 2, 11)
+    assert stats.rollback_events[0].mode == "failed" and stats.rollback_events[0].retries == 2
+    # counted per occurrence, retries included
+    assert stats.failures[ErrorCategory.EXCEPTION] == 2 and stats.failures[ErrorCategory.TIMEOUT] == 1
+    # a later position gets its own budget
+    assert fail_round(p) is Action.RETRY
+
+
+def test_infra_errors_are_never_rolled_back():
+    p, stats = policy()
+    assert p.on_round([INFRA], position=0, code="x", feedback="unavailable") is Action.CONTINUE
+    assert p.on_round([NAME_ERROR, INFRA], position=1, code="x", feedback="") is Action.CONTINUE
+    assert stats.infra_errors == 2 and stats.rollbacks_triggered == 0
+    fail_round(p)
+    p.on_resample(3)
+    assert p.on_round([INFRA], position=2, code="x", feedback="") is Action.CONTINUE
+    assert stats.rollbacks_failed == 1 and stats.to_extra_fields()["saar_infra_error"] is True
+
+
+def test_only_configured_categories_trigger():
+    p, stats = policy(rollback_on_errors=(ErrorCategory.SYNTAX_ERROR,))
+    assert fail_round(p) is Action.CONTINUE
+    assert fail_round(p, ToolOutcome.model_error(ErrorCategory.SYNTAX_ERROR, "SyntaxError")) is Action.RETRY
+
+
+def test_parallel_round_with_one_failure_retries_the_turn_and_needs_all_to_succeed():
+    p, stats = policy()
+    assert p.on_round([OK, NAME_ERROR], position=0, code="a\nb", feedback="") is Action.RETRY
+    assert (stats.first_attempt_calls, stats.first_attempt_successes) == (2, 1)
+    p.on_resample(4)
+    assert p.on_round([OK, NAME_ERROR], position=0, code="a\nb", feedback="") is Action.RETRY
+    p.on_resample(4)
+    assert p.on_round([OK, OK], position=0, code="a\nc", feedback="") is Action.PURIFY
+
+
+def test_unusable_resamples():
+    p, stats = policy(max_tool_retries=2)
+    fail_round(p)
+    p.on_resample(0)
+    assert p.on_unusable_resample("empty") is Action.RETRY  # budget left: generate again
+    p.on_resample(0)
+    assert p.on_unusable_resample("empty") is Action.CONTINUE
+    for reason in ("no_call", "limit"):
+        fail_round(p)
+        p.on_resample(3)
+        assert p.on_unusable_resample(reason) is Action.CONTINUE
+    assert stats.rollbacks_failed == 3 and not p.resampling
+
+
+def test_inactive_or_zero_budget_never_retries_but_counts():
+    for p, stats in (policy(active=False), policy(max_tool_retries=0)):
+        assert fail_round(p) is Action.CONTINUE
+        assert stats.tool_calls == 1 and stats.rollbacks_triggered == 0
+    assert policy(active=False)[1].rollback_enabled == 0 and policy()[1].rollback_enabled == 1
+
+
+def test_gate_is_reproducible_and_honours_the_probability():
+    draws = [draw_gate(3, f"sample={i}", 0.3) for i in range(4000)]
+    assert draws == [draw_gate(3, f"sample={i}", 0.3) for i in range(4000)]
+    assert 0.27 < sum(draws) / len(draws) < 0.33
+    assert draws != [draw_gate(4, f"sample={i}", 0.3) for i in range(4000)]
+    assert all(draw_gate(0, str(i), 1.0) for i in range(100)) and not any(draw_gate(0, str(i), 0.0) for i in range(100))
+
+
+def test_on_resample_requires_an_open_position():
+    p, _ = policy()
+    with pytest.raises(AssertionError):
+        p.on_resample(1)
