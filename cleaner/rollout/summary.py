@@ -19,7 +19,8 @@ def model_errors(record: dict[str, Any]) -> int:
 
 def visible_errors(record: dict[str, Any]) -> int:
     """Failures still shown in the final trajectory: every failed attempt a rollback replaced is gone."""
-    hidden = sum(event["retries"] for event in record[PREFIX + "rollback_events"] if event["mode"] in ("shallow", "deep"))
+    events = record.get(PREFIX + "rollback_events") or []
+    hidden = sum(event["retries"] for event in events if event["mode"] in ("shallow", "deep"))
     return max(model_errors(record) - hidden, 0)
 
 
@@ -38,6 +39,7 @@ class ModeSummary:
     tool_calls_per_traj: float
     errors_per_traj: float  # failures that happened (incl. retries)
     visible_errors_per_traj: float  # failures left in the final (purified) trajectories
+    first_attempt_calls: int
     rollbacks_triggered: int
     rollbacks_recovered: int
     rollbacks_shallow: int
@@ -46,12 +48,17 @@ class ModeSummary:
     resampled_tokens_per_traj: float
     spliced_token_fraction: float
     response_tokens_per_traj: float
-    latency_s: float  # mean wall time of one trajectory
-    generated_tokens_per_traj: float
+    latency_s: float | None  # mean wall time of one trajectory (None: not recorded, e.g. a verl dump)
+    generated_tokens_per_traj: float | None
 
     @property
     def recovery_rate(self) -> float:
         return self.rollbacks_recovered / self.rollbacks_triggered if self.rollbacks_triggered else 0.0
+
+    @property
+    def rollback_rate(self) -> float:
+        """Share of first-attempt tool calls that failed and were retried."""
+        return self.rollbacks_triggered / self.first_attempt_calls if self.first_attempt_calls else 0.0
 
     @property
     def label(self) -> str:
@@ -59,7 +66,13 @@ class ModeSummary:
 
 
 def _stat(records: list[dict[str, Any]], name: str) -> int:
-    return sum(int(record[PREFIX + name]) for record in records)
+    # verl validation dumps carry saar_* fields only when the trainer exported them: absent counts as 0.
+    return sum(int(record.get(PREFIX + name, 0)) for record in records)
+
+
+def _timing_mean(records: list[dict[str, Any]], name: str) -> float | None:
+    values = [float(r["timing"][name]) for r in records if r.get("timing")]
+    return mean(values) if values else None
 
 
 def summarize(records: Iterable[dict[str, Any]]) -> list[ModeSummary]:
@@ -79,16 +92,17 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[ModeSummary]:
                 tool_calls_per_traj=_stat(group, "tool_calls") / count,
                 errors_per_traj=mean(model_errors(r) for r in group),
                 visible_errors_per_traj=mean(visible_errors(r) for r in group),
+                first_attempt_calls=_stat(group, "first_attempt_calls"),
                 rollbacks_triggered=_stat(group, "rollbacks_triggered"),
                 rollbacks_recovered=_stat(group, "rollbacks_recovered"),
                 rollbacks_shallow=_stat(group, "rollbacks_shallow"),
                 rollbacks_deep=_stat(group, "rollbacks_deep"),
                 rollbacks_failed=_stat(group, "rollbacks_failed"),
                 resampled_tokens_per_traj=_stat(group, "resampled_tokens") / count,
-                spliced_token_fraction=mean(float(r[PREFIX + "spliced_token_fraction"]) for r in group),
+                spliced_token_fraction=mean(float(r.get(PREFIX + "spliced_token_fraction", 0.0)) for r in group),
                 response_tokens_per_traj=_stat(group, "response_tokens") / count,
-                latency_s=mean(float(r["timing"]["latency_s"]) for r in group),
-                generated_tokens_per_traj=mean(int(r["timing"]["generated_tokens"]) for r in group),
+                latency_s=_timing_mean(group, "latency_s"),
+                generated_tokens_per_traj=_timing_mean(group, "generated_tokens"),
             )
         )
     return summaries
@@ -109,17 +123,21 @@ def summary_rows(summaries: list[ModeSummary]) -> list[tuple[str, list[str]]]:
         ("resampled tokens / trajectory", [f"{s.resampled_tokens_per_traj:.1f}" for s in summaries]),
         ("spliced token fraction", [f"{s.spliced_token_fraction:.1%}" for s in summaries]),
         ("response tokens / trajectory", [f"{s.response_tokens_per_traj:.1f}" for s in summaries]),
-        ("generated tokens / trajectory", [f"{s.generated_tokens_per_traj:.1f}" for s in summaries]),
-        ("latency / trajectory (s)", [f"{s.latency_s:.2f}" for s in summaries]),
+        ("generated tokens / trajectory", [_maybe(s.generated_tokens_per_traj, "{:.1f}") for s in summaries]),
+        ("latency / trajectory (s)", [_maybe(s.latency_s, "{:.2f}") for s in summaries]),
     ]
     return rows
+
+
+def _maybe(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
 
 
 def added_latency(summaries: list[ModeSummary]) -> float | None:
     """Relative extra latency per trajectory of SAAR on over off (None unless both modes ran)."""
     on = next((s for s in summaries if s.saar), None)
     off = next((s for s in summaries if not s.saar), None)
-    if on is None or off is None or off.latency_s <= 0:
+    if on is None or off is None or not on.latency_s or not off.latency_s:
         return None
     return on.latency_s / off.latency_s - 1.0
 

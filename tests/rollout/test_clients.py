@@ -12,7 +12,7 @@ from cleaner.rollout.clients import (
     make_client,
 )
 
-from .fake_inference_server import FakeInferenceServer
+from fake_inference_server import FakeInferenceServer
 
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
 REPLY_IDS = [9707, 0, 151645]

@@ -1,0 +1,185 @@
+"""The HTML report: summary, plots, and per trajectory the purified view next to the raw view."""
+
+from __future__ import annotations
+
+import difflib
+import html
+from datetime import datetime, timezone
+from typing import Any
+
+from cleaner.rollout.summary import ModeSummary, added_latency, summarize, summary_rows
+from cleaner.saar.stats import PREFIX
+
+from .svg import BarChart, render_bar_chart
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+table.summary { border-collapse: collapse; } table.summary td, table.summary th { border: 1px solid #ccc; padding: 3px 8px; }
+table.summary td:not(:first-child) { text-align: right; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+.chart { border: 1px solid #ddd; background: #fff; }
+details.traj { border: 1px solid #ccc; margin: 6px 0; padding: 4px 8px; }
+details.traj > summary { cursor: pointer; }
+.views { display: grid; grid-template-columns: 1fr 1fr; gap: 10px; }
+.view h4 { margin: 4px 0; }
+pre { white-space: pre-wrap; word-break: break-word; margin: 2px 0; padding: 4px; font-size: 12px; }
+.assistant { background: #f3f6fb; } .context { background: #f1f1f1; color: #555; }
+.spliced { background: #d8f3dc; outline: 1px solid #52b788; }
+.failed { background: #fde2e0; outline: 1px solid #e76f51; }
+.hidden-error { background: #fff3cd; }
+.diff .add { background: #d8f3dc; } .diff .del { background: #fde2e0; } .diff .hunk { color: #888; }
+.badge { display: inline-block; padding: 0 6px; border-radius: 8px; font-size: 11px; background: #eee; margin-left: 4px; }
+.badge.shallow { background: #bde0fe; } .badge.deep { background: #ffc8dd; } .badge.failedmode { background: #ffd6a5; }
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def charts(summaries: list[ModeSummary]) -> list[BarChart]:
+    def per_mode(fn) -> dict[str, list[float]]:
+        return {s.label: [fn(s)] for s in summaries}
+
+    result = [
+        BarChart(
+            "Rollback and recovery rates",
+            ["rollback rate", "recovery rate"],
+            {s.label: [s.rollback_rate, s.recovery_rate] for s in summaries},
+            value_format="{:.0%}",
+        ),
+        BarChart(
+            "Tool errors per trajectory",
+            ["sampled", "kept in trajectory"],
+            {s.label: [s.errors_per_traj, s.visible_errors_per_traj] for s in summaries},
+        ),
+        BarChart(
+            "Rollbacks: shallow vs deep",
+            ["shallow", "deep", "not recovered"],
+            {s.label: [s.rollbacks_shallow, s.rollbacks_deep, s.rollbacks_failed] for s in summaries},
+            value_format="{:.0f}",
+        ),
+        BarChart("Accuracy", ["accuracy"], per_mode(lambda s: s.accuracy), value_format="{:.0%}"),
+    ]
+    if all(s.latency_s is not None for s in summaries):
+        result.append(BarChart("Latency per trajectory (s)", ["latency"], per_mode(lambda s: s.latency_s)))
+        result.append(
+            BarChart("Generated tokens per trajectory", ["generated"], per_mode(lambda s: s.generated_tokens_per_traj), "{:.0f}")
+        )
+    return result
+
+
+def code_diff(old: str, new: str) -> str:
+    lines = []
+    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), "failed", "replacement", lineterm="", n=2):
+        css = "add" if line.startswith("+") else "del" if line.startswith("-") else "hunk" if line.startswith("@@") else ""
+        lines.append(f'<span class="{css}">{_e(line)}</span>' if css else _e(line))
+    return '<pre class="diff">' + ("\n".join(lines) or "(identical code)") + "</pre>"
+
+
+def _piece_html(piece: dict[str, Any]) -> str:
+    css = piece["role"]
+    title = ""
+    if piece.get("spliced_attempt") is not None:
+        css += " spliced"
+        title = f' title="from resample {piece["spliced_attempt"]}"'
+    return f'<pre class="{css}"{title}>{_e(piece["text"])}</pre>'
+
+
+def purified_view(record: dict[str, Any]) -> str:
+    return "".join(_piece_html(piece) for piece in record["pieces"])
+
+
+def raw_view(record: dict[str, Any]) -> str:
+    """The trajectory as sampled: before each purified turn, the failed attempts a rollback removed."""
+    removed = {
+        event["position"]: event
+        for event in record.get(PREFIX + "rollback_events") or []
+        if event["mode"] in ("shallow", "deep")
+    }
+    parts, shown = [], set()
+    for piece in record["pieces"]:
+        turn = piece["turn"]
+        if piece["role"] == "assistant" and turn in removed and turn not in shown:
+            event = removed[turn]
+            shown.add(turn)
+            parts.append(f'<pre class="assistant failed">[failed attempt]\n```python\n{_e(event["failed_code"])}\n```</pre>')
+            parts.append(f'<pre class="context failed">{_e(event["error_text"])}</pre>')
+            if event["retries"] > 1:
+                parts.append(f'<pre class="context failed">({event["retries"] - 1} more failed resample(s) not shown)</pre>')
+        css = piece["role"]
+        parts.append(f'<pre class="{css}">{_e(piece["text"])}</pre>')
+    return "".join(parts)
+
+
+def rollback_section(record: dict[str, Any]) -> str:
+    events = record.get(PREFIX + "rollback_events") or []
+    if not events:
+        return ""
+    parts = ["<h4>Rollbacks</h4>"]
+    for event in events:
+        mode = event["mode"]
+        similarity = "n/a" if event["similarity"] is None else f"{event['similarity']:.2f}"
+        parts.append(
+            f'<div class="rollback"><b>turn {event["position"]}</b>'
+            f'<span class="badge {"failedmode" if mode == "failed" else mode}">{_e(mode)}</span>'
+            f'<span class="badge">similarity {similarity}</span><span class="badge">retries {event["retries"]}</span>'
+            f'<span class="badge">resampled tokens {event["resampled_tokens"]}</span>'
+            f'<span class="badge">{_e(event["error_category"])}{": " + _e(event["exception_type"]) if event["exception_type"] else ""}</span>'
+        )
+        parts.append(f'<div>hidden error:</div><pre class="hidden-error">{_e(event["error_text"])}</pre>')
+        if event["replacement_code"] is not None:
+            parts.append(code_diff(event["failed_code"], event["replacement_code"]))
+        else:
+            parts.append(f'<pre class="failed">{_e(event["failed_code"])}</pre>')
+        parts.append("</div>")
+    return "".join(parts)
+
+
+def trajectory_html(record: dict[str, Any]) -> str:
+    events = record.get(PREFIX + "rollback_events") or []
+    head = (
+        f'{_e(record["problem_id"])} · sample {record["sample"]} · SAAR {"on" if record["saar"] else "off"} · '
+        f'score {float(record["score"]):.2f} · {len(events)} rollback(s)'
+    )
+    return (
+        f'<details class="traj" data-key="{_e(record["key"])}"><summary>{head}</summary>'
+        f'<pre class="context">{_e(record.get("prompt_text", ""))}</pre>'
+        f"{rollback_section(record)}"
+        '<div class="views">'
+        f'<div class="view purified"><h4>Purified (what training sees)</h4>{purified_view(record)}</div>'
+        f'<div class="view raw"><h4>Raw (as sampled, with failed attempts)</h4>{raw_view(record)}</div>'
+        "</div></details>"
+    )
+
+
+def render_report(records: list[dict[str, Any]], sources: list[str], max_trajectories: int = 200) -> str:
+    summaries = summarize(records)
+    rows = summary_rows(summaries)
+    table = (
+        '<table class="summary"><tr><th>metric</th>'
+        + "".join(f"<th>{_e(s.label)}</th>" for s in summaries)
+        + "</tr>"
+        + "".join("<tr><td>" + _e(name) + "</td>" + "".join(f"<td>{_e(v)}</td>" for v in values) + "</tr>" for name, values in rows)
+        + "</table>"
+    )
+    extra = added_latency(summaries)
+    latency_note = f"<p>Added latency per trajectory with SAAR: <b>{extra:+.1%}</b></p>" if extra is not None else ""
+    plots = "".join(render_bar_chart(chart, f"chart-{index}") for index, chart in enumerate(charts(summaries)))
+    # Trajectories with rollbacks first: they are what the report is for.
+    ordered = sorted(
+        records, key=lambda r: (-len(r.get(PREFIX + "rollback_events") or []), str(r["problem_id"]), r["sample"], r["saar"])
+    )
+    shown = ordered[:max_trajectories]
+    note = f"<p>Showing {len(shown)} of {len(records)} trajectories.</p>" if len(shown) < len(records) else ""
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>CLEANER rollout report</title>"
+        f"<style>{STYLE}</style></head><body>"
+        f"<h1>CLEANER rollout report</h1><p>{len(records)} trajectories from {_e(', '.join(sources))} · {generated}</p>"
+        f"<h2>Summary</h2>{table}{latency_note}"
+        f'<h2>Plots</h2><div class="charts">{plots}</div>'
+        f"<h2>Trajectories</h2>{note}{''.join(trajectory_html(r) for r in shown)}"
+        "</body></html>"
+    )

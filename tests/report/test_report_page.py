@@ -1,0 +1,82 @@
+"""The report page: purified vs raw views, rollback diffs, summary, and inline SVG plots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cleaner.report.page import render_report
+from cleaner.report.sources import load_trajectories
+from cleaner.rollout.summary import added_latency, summarize
+
+from report_records import ERROR_TEXT, make_record
+
+
+@pytest.fixture(scope="module")
+def records(qwen3_tokenizer):
+    return [
+        make_record(qwen3_tokenizer, saar=True, rollback=True, latency_s=3.0),
+        make_record(qwen3_tokenizer, saar=True, rollback=False, problem_id="p1", latency_s=2.0),
+        make_record(qwen3_tokenizer, saar=False, rollback=False, latency_s=2.0),
+        make_record(qwen3_tokenizer, saar=False, rollback=False, problem_id="p1", latency_s=2.0),
+    ]
+
+
+def test_record_pieces_follow_mask_and_splice(records):
+    record = records[0]
+    pieces = record["pieces"]
+    assert [p["role"] for p in pieces] == ["assistant", "context", "assistant"]
+    assert [p["turn"] for p in pieces] == [0, 0, 1]
+    assert pieces[0]["spliced_attempt"] == 1 and pieces[2]["spliced_attempt"] is None
+    assert pieces[-1]["end"] == len(record["response_ids"]) == len(record["response_mask"])
+    assert record["saar_rollback_events"][0]["mode"] == "deep"
+
+
+def test_summary_counts_hidden_errors_and_latency(records):
+    on, off = summarize(records)
+    assert on.saar and not off.saar
+    assert on.errors_per_traj == 0.5 and on.visible_errors_per_traj == 0.0
+    assert on.rollbacks_deep == 1 and on.recovery_rate == 1.0
+    assert added_latency([on, off]) == pytest.approx(0.25)
+
+
+def test_raw_view_shows_the_failure_the_purified_view_hides(records):
+    page = render_report(records, ["run.jsonl"])
+    start = page.index('data-key="p0#0#saar"')
+    block = page[start : page.index("</details>", start)]
+    purified = block[block.index('class="view purified"') : block.index('class="view raw"')]
+    raw = block[block.index('class="view raw"') :]
+    escaped_code = "print(sum(primes[:100])  # &lt;script&gt;alert(1)&lt;/script&gt;"
+    assert escaped_code in raw and escaped_code not in purified
+    assert "never closed" in raw and "never closed" not in purified
+    assert 'class="assistant spliced"' in purified
+    assert "<script>" not in page, "model text must be escaped"
+    assert '<span class="add">+primes = [p for p' in block and "similarity 0.31" in block
+    assert ERROR_TEXT.splitlines()[1].replace("'", "&#x27;") in block
+
+
+def test_plots_are_inline_svg(records):
+    page = render_report(records, ["run.jsonl"])
+    assert page.count('<svg class="chart"') == 6
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', ""), "the page must not load anything"
+
+
+def test_verl_validation_dump_rows_are_reported(tmp_path):
+    dump = tmp_path / "12.jsonl"
+    rows = [
+        {"input": "user: 1+1?", "output": "\\boxed{2}", "gts": "2", "score": 1.0, "acc": 1.0, "step": 12, "uid": "abc_0_0"},
+        {"input": "user: 2+2?", "output": "\\boxed{5}", "gts": "4", "score": 0.0, "acc": 0.0, "step": 12, "uid": "def_0_0"},
+    ]
+    dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = load_trajectories([tmp_path])
+    assert [r["problem_id"] for r in records] == ["abc", "def"]
+    page = render_report(records, [str(dump)])
+    assert "\\boxed{5}" in page and page.count('<details class="traj"') == 2
+
+
+def test_unknown_rows_are_rejected(tmp_path):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"foo": 1}\n')
+    with pytest.raises(ValueError, match="neither a `cleaner rollout` record"):
+        load_trajectories([bad])
