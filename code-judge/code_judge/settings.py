@@ -21,7 +21,7 @@ class JudgeSettings:
     redis_uri: str | None = None
     redis_key_prefix: str = "js"
     max_execution_time: float = 10.0  # seconds of wall time and of CPU time per run
-    max_memory_mb: int = 256  # address-space limit of a run, in MiB
+    max_memory: int = 256  # MiB (upstream: MB) of memory per run
     max_output_bytes: int = 1_000_000  # captured per stream while the program runs; the rest is discarded
     max_processes: int = 64
     max_file_size_mb: int = 16
@@ -43,7 +43,7 @@ class JudgeSettings:
     def __post_init__(self) -> None:
         positive = (
             "max_execution_time",
-            "max_memory_mb",
+            "max_memory",
             "max_output_bytes",
             "max_processes",
             "max_file_size_mb",
@@ -71,7 +71,7 @@ class JudgeSettings:
         return Limits(
             wall_time_s=self.max_execution_time,
             cpu_time_s=self.max_execution_time,
-            memory_bytes=self.max_memory_mb * MIB,
+            memory_bytes=self.max_memory * MIB,
             max_output_bytes=self.max_output_bytes,
             max_processes=self.max_processes,
             max_file_size_bytes=self.max_file_size_mb * MIB,

@@ -1,0 +1,135 @@
+"""The HTTP API end to end: a real `code-judge serve` (embedded redis-server, bubblewrap sandbox, 2 workers)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import pytest
+
+from conftest import Launcher, wait_until, worker_pids
+
+TIME_LIMIT_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    launcher = Launcher(tmp_path_factory.mktemp("api"))
+    service = launcher("serve", MAX_WORKERS="2", MAX_EXECUTION_TIME=str(TIME_LIMIT_S), PRELOAD_MODULES="math,numpy")
+    service.wait_http().wait_workers(2)
+    yield service
+    launcher.stop_all()
+
+
+@pytest.fixture(scope="module")
+def client(judge):
+    with httpx.Client(base_url=judge.url, timeout=30) as client:
+        yield client
+
+
+def test_hello_world_judge_succeeds(client):
+    body = {"type": "python", "solution": "print('hello world')", "expected_output": "hello world\n"}
+    verdict = client.post("/judge", json=body).json()
+    assert verdict["success"] is True and verdict["run_success"] is True and verdict["reason"] == ""
+    assert 0 < verdict["cost"] < 1
+    assert "stdout" not in verdict
+
+
+def test_run_reports_the_exception_at_the_users_own_line(client):
+    verdict = client.post("/run", json={"type": "python", "solution": "x = 1\nprint(x)\nprint(y)", "sub_id": "q7"}).json()
+    assert verdict["sub_id"] == "q7"
+    assert (verdict["success"], verdict["run_success"], verdict["reason"]) == (False, False, "")
+    assert verdict["stdout"] == "1\n"
+    assert verdict["exception_type"] == "NameError" and verdict["exception_line"] == 3
+    assert "name 'y' is not defined" in verdict["exception_message"]
+    assert "NameError" in verdict["stderr"] and verdict["exit_code"] == 1
+
+
+def test_stdin_and_preloaded_numpy(client):
+    source = "import numpy as np\nprint(int(np.array([int(t) for t in input().split()]).sum()))"
+    verdict = client.post("/run", json={"type": "python", "solution": source, "input": "1 2 3\n"}).json()
+    assert verdict["stdout"] == "6\n" and verdict["success"] is True
+
+
+@pytest.mark.parametrize("endpoint", ["/run/batch", "/judge/batch", "/run/long-batch", "/judge/long-batch"])
+def test_batches_answer_in_input_order(client, endpoint):
+    submissions = [
+        {"type": "python", "solution": f"print({i} * {i})", "expected_output": str(i * i), "sub_id": f"s{i}"}
+        for i in range(4)
+    ]
+    submissions[2]["expected_output"] = "wrong"
+    answer = client.post(endpoint, json={"type": "batch", "sub_id": "b1", "submissions": submissions}).json()
+    assert answer["sub_id"] == "b1"
+    assert [r["sub_id"] for r in answer["results"]] == ["s0", "s1", "s2", "s3"]
+    assert [r["success"] for r in answer["results"]] == [True, True, False, True]
+    assert all(("stdout" in r) == endpoint.startswith("/run") for r in answer["results"])
+
+
+def test_infinite_loop_is_stopped_at_the_time_limit(client):
+    verdict = client.post("/run", json={"type": "python", "solution": "while True:\n    pass"}).json()
+    assert verdict["reason"] == "worker_timeout" and verdict["run_success"] is False
+    assert verdict["limit"] in ("wall_time", "cpu_time")
+    assert abs(verdict["cost"] - TIME_LIMIT_S) < 0.5
+
+
+def test_long_output_is_cut_and_flagged(client):
+    verdict = client.post("/run", json={"type": "python", "solution": "print('x' * 5000)"}).json()
+    assert verdict["stdout"] == "x" * 1000 and verdict["truncated"] is True and verdict["success"] is True
+
+
+@pytest.mark.parametrize("kind", ["cpp", "math"])
+def test_non_python_types_get_invalid_input(client, kind):
+    verdict = client.post("/run", json={"type": kind, "solution": "int main() {}"}).json()
+    assert verdict["reason"] == "invalid_input" and verdict["success"] is False
+    assert "only type 'python'" in verdict["stderr"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"type": "python"},
+        {"type": "ruby", "solution": "puts 1"},
+        {"type": "python", "solution": 5},
+    ],
+)
+def test_schema_errors_are_422(client, body):
+    assert client.post("/run", json=body).status_code == 422
+
+
+def test_empty_batch_is_422(client):
+    assert client.post("/run/long-batch", json={"type": "batch", "submissions": []}).status_code == 422
+
+
+def test_client_deadline_bounds_the_wait(client):
+    started = time.monotonic()
+    verdict = client.post(
+        "/run", json={"type": "python", "solution": "import time\ntime.sleep(1.5)"}, headers={"X-Request-Timeout": "0.3"}
+    ).json()
+    assert time.monotonic() - started < 1.2
+    assert verdict["reason"] == "queue_timeout" and "0.3 s" in verdict["stderr"]
+    bad = client.post("/run", json={"type": "python", "solution": "1"}, headers={"X-Request-Timeout": "-1"})
+    assert bad.status_code == 422
+
+
+def test_status_counts_live_workers_and_names_the_sandbox(client):
+    status = client.get("/status").json()
+    assert status["num_workers"] == 2 and status["sandbox"] == "bwrap"
+    assert isinstance(status["queue"], int)
+
+
+def test_metrics_are_prometheus_text(client):
+    client.post("/judge", json={"type": "python", "solution": "print(1)"})
+    text = client.get("/metrics").text
+    assert 'code_judge_requests_total{endpoint="/judge"}' in text
+    assert "code_judge_live_workers 2.0" in text
+    assert "code_judge_request_seconds_bucket" in text
+
+
+def test_sigterm_stops_workers_and_embedded_redis(launch):
+    service = launch("serve", MAX_WORKERS="1").wait_http().wait_workers(1)
+    children = [int(c) for c in open(f"/proc/{service.process.pid}/task/{service.process.pid}/children").read().split()]
+    assert worker_pids(service.process.pid)
+    assert service.stop() == 0
+    # redis-server, the workers (and their sandboxes), multiprocessing's resource tracker: all gone.
+    wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 5, "children to exit")
