@@ -1,0 +1,121 @@
+"""Options and data-source routing of compute_score, and loading it through verl's own reward loader."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+
+import pytest
+
+import cleaner.rewards
+from cleaner.rewards import RewardConfig, RewardKind, compute_score, reward_kind
+
+REWARDS_INIT = Path(cleaner.rewards.__file__)
+MATH_REPLY = "<think>\nhalf\n</think>\n\nThe answer is \\boxed{\\frac{1}{2}}."
+
+
+@pytest.mark.parametrize(
+    "source, kind",
+    [
+        ("math_dapo", RewardKind.MATH),
+        ("AIME2024", RewardKind.MATH),
+        ("train-math-numinamath1.5_cn_contest", RewardKind.MATH),
+        ("mega-science", RewardKind.MATH),
+        ("gpqa_diamond", RewardKind.GPQA),
+        ("LiveCodeBench_v6", RewardKind.CODE),
+        ("train-code-taco-hard", RewardKind.CODE),
+        ("test-code-leetcode-easy", RewardKind.CODE),
+    ],
+)
+def test_known_sources_route_to_their_scorer(source, kind):
+    assert reward_kind(source) is kind
+
+
+def test_unknown_source_is_a_configuration_error_unless_mapped():
+    with pytest.raises(ValueError, match="no reward for data_source 'my_quiz'.*data_sources"):
+        reward_kind("my_quiz")
+    assert reward_kind("my_quiz", {"my_quiz": "gpqa"}) is RewardKind.GPQA
+    with pytest.raises(ValueError, match="maps 'my_quiz' to 'essay'"):
+        reward_kind("my_quiz", {"my_quiz": "essay"})
+
+
+def test_options_are_validated_and_verl_routing_kwargs_ignored():
+    config = RewardConfig.from_kwargs({"math_equivalence": "strict", "reward_router_address": None})
+    assert config.math_equivalence == "strict"
+    with pytest.raises(ValueError, match=r"unknown reward option\(s\) \['math_mode'\]"):
+        RewardConfig.from_kwargs({"math_mode": "strict"})
+    with pytest.raises(ValueError, match="code_scoring must be one of"):
+        RewardConfig(code_scoring="best")
+    with pytest.raises(ValueError, match="math_workers"):
+        RewardConfig(math_workers=0)
+
+
+async def test_every_result_has_the_same_keys_so_verl_can_concatenate_batches():
+    math = await compute_score("math_dapo", MATH_REPLY, "0.5")
+    gpqa = await compute_score("gpqa_diamond", "no box", "A")
+    code = await compute_score("train-code-taco-easy", "no code", {"inputs": ["1"], "outputs": ["1"]})
+    assert list(math) == list(gpqa) == list(code)
+    assert {type(v) for v in (math["acc"], gpqa["acc"], code["acc"])} == {bool}
+
+
+def _verl_config(path: str, **reward_kwargs):
+    """verl's own trainer config (hydra compose of ppo_trainer.yaml) pointing at our reward."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import verl
+
+    overrides = [f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=compute_score"]
+    overrides += [f"+reward.custom_reward_function.reward_kwargs.{k}={v}" for k, v in reward_kwargs.items()]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        return compose("ppo_trainer", overrides=overrides)
+
+
+@pytest.mark.parametrize("path", [str(REWARDS_INIT), "pkg://cleaner.rewards"])
+def test_verl_loads_the_async_reward_by_file_or_package_path_with_reward_kwargs(path):
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    reward_fn = get_custom_reward_fn(_verl_config(path, math_equivalence="strict"))
+    assert inspect.iscoroutinefunction(reward_fn)  # so verl's reward managers await it instead of using a thread
+    result = asyncio.run(reward_fn(data_source="math_dapo", solution_str=MATH_REPLY, ground_truth="0.5", extra_info={}))
+    assert result["reason"] == "wrong_answer"  # strict: "\frac{1}{2}" is not the string "0.5"
+    result = asyncio.run(reward_fn(data_source="math_dapo", solution_str=MATH_REPLY, ground_truth="\\frac{1}{2}"))
+    assert result["acc"] is True
+
+
+def test_verl_naive_reward_manager_scores_a_real_qwen3_trajectory(qwen3_tokenizer):
+    """The full verl path: token ids -> verl's decode -> our compute_score -> reward_score + reward_extra_info."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    messages = [
+        {"role": "user", "content": "Half of one?"},
+        {"role": "assistant", "content": "<think>\nmaybe \\boxed{2}\n</think>\n\nThe answer is \\boxed{0.5}."},
+    ]
+    prompt = qwen3_tokenizer.apply_chat_template(messages[:1], tokenize=True, add_generation_prompt=True, return_dict=False)
+    full = qwen3_tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
+    response = full[len(prompt) :]
+
+    async def score_one() -> dict:
+        manager = load_reward_manager(_verl_config(str(REWARDS_INIT)), qwen3_tokenizer)
+        data = DataProto.from_dict(
+            tensors={
+                "prompts": torch.tensor([prompt]),
+                "responses": torch.tensor([response]),
+                "attention_mask": torch.ones(1, len(full), dtype=torch.long),
+            },
+            non_tensors={
+                "data_source": np.array(["AIME2025"], dtype=object),
+                "reward_model": np.array([{"ground_truth": "\\frac{1}{2}"}], dtype=object),
+                "extra_info": np.array([{}], dtype=object),
+            },
+        )
+        return await manager.run_single(data)
+
+    output = asyncio.run(score_one())
+    assert output["reward_score"] == 1.0
+    assert output["reward_extra_info"]["pred"] == "0.5" and output["reward_extra_info"]["acc"] is True
