@@ -262,6 +262,8 @@ class RolloutRunner:
             data_source=problem.data_source,
             reward_model={"style": "rule", "ground_truth": problem.ground_truth},
             uid=str(uuid.uuid4()),
+            # A rollout is not verl validation: SAAR applies (unless rollback is off).
+            validate=False,
         )
         latency = time.perf_counter() - start
         # What verl's reward loop passes: the response decoded without special tokens, and extra_info
