@@ -296,3 +296,35 @@ def training_sampling_params(config) -> dict[str, Any]:
 def validation_sampling_params(config) -> dict[str, Any]:
     val = config.actor_rollout_ref.rollout.val_kwargs
     return {"temperature": val.temperature, "top_p": val.top_p, "top_k": val.top_k, "repetition_penalty": 1.0, "logprobs": True}
+
+
+# ---- checks on a finished trajectory --------------------------------------------------------------
+
+
+def unsampled_positions(server: ScriptedLLMServer, marker: str, response_ids: list[int], response_mask: list[int], response_logprobs: list[float]) -> list[int]:
+    """Response positions with mask 1 whose (token, log-prob) the server never emitted for this script.
+
+    Scripted log-probs are unique per (turn, position), so each one names the exact token it belongs to.
+    """
+    emitted = {}
+    for request in server.requests_for(marker):
+        emitted.update(zip(request.log_probs, request.token_ids))
+    return [
+        index
+        for index, (token, mask, logprob) in enumerate(zip(response_ids, response_mask, response_logprobs))
+        if mask == 1 and emitted.get(logprob) != token
+    ]
+
+
+def render_conversation(tokenizer, tool_schemas: list[dict], messages: list[dict[str, str]]) -> str:
+    """The chat template's text for a conversation whose assistant contents are the raw generated texts.
+
+    This is what `decode(prompt_ids + response_ids)` must equal: when the conversation ends on a tool
+    message the stream carries the next generation prompt; after a final assistant turn verl's stream
+    stops at `<|im_end|>` (the template's trailing newline is not part of it).
+    """
+    ends_on_tool = messages[-1]["role"] == "tool"
+    text = tokenizer.apply_chat_template(
+        messages, tools=tool_schemas, tokenize=False, add_generation_prompt=ends_on_tool
+    )
+    return text if ends_on_tool else text.removesuffix("\n")

@@ -1,0 +1,345 @@
+"""CleanerToolAgentLoop on the real verl ToolAgentLoop machinery, the real Qwen3 tokenizer and a scripted server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+
+from cleaner.agent_loop import AGENT_NAME, CleanerToolAgentLoop
+from cleaner.saar.config import SaarConfigError
+from cleaner.saar.stats import EXTRA_FIELD_KEYS
+from cleaner.scripted_llm import (
+    INFRA_TEXT,
+    ScriptedLLMServer,
+    ScriptedTurn,
+    agent_loop_config,
+    build_agent_loop,
+    render_conversation,
+    scripted_outcome,
+    scripted_python_tool,
+    scripted_tool_text,
+    tool_call_text,
+    training_sampling_params,
+    unsampled_positions,
+    validation_sampling_params,
+)
+
+MARKER = "PROBLEM-7"
+PROMPT = [{"role": "user", "content": f"{MARKER}: compute the total of 1..10 with Python."}]
+FAILED = "total = sum(range(1, 11))\nprint(totl)\n# outcome: exception NameError"
+SIMILAR_FIX = "total = sum(range(1, 11))\nprint(total)"
+OTHER_FIX = "acc = 0\nfor k in range(11):\n    acc += k\nacc"
+ANSWER = "<think>\nThe tool printed it.\n</think>\n\nThe total is \\boxed{55}."
+
+
+def turn(reasoning: str, code: str | None = None, prose: str = "") -> str:
+    text = f"<think>\n{reasoning}\n</think>\n\n{prose}"
+    return text + tool_call_text(code) if code is not None else text
+
+
+FIRST = turn("I will sum with Python.", FAILED, "Let me run it.\n")
+
+
+def tool_text(code: str) -> str:
+    return scripted_tool_text(code, scripted_outcome(code))
+
+
+class Run:
+    def __init__(self, output, server, tool, loop):
+        self.output, self.server, self.tool, self.loop = output, server, tool, loop
+        self.fields = output.extra_fields
+
+    def text(self, tokenizer) -> str:
+        return tokenizer.decode(self.output.prompt_ids + self.output.response_ids)
+
+    def response_text(self, tokenizer) -> str:
+        return tokenizer.decode(self.output.response_ids)
+
+
+async def run_loop(tokenizer, script, *, loop_cls=CleanerToolAgentLoop, sampling=None, tools=None, prompt=PROMPT, **overrides):
+    run_kwargs = overrides.pop("run_kwargs", {"index": 0})
+    config_kwargs = {key: overrides.pop(key) for key in ("response_length", "prompt_length") if key in overrides}
+    config = agent_loop_config(**config_kwargs, **{"enable_tool_rollback": True, **overrides})
+    server = ScriptedLLMServer(tokenizer, {MARKER: script})
+    tools = tools if tools is not None else [scripted_python_tool()]
+    loop = build_agent_loop(loop_cls, config, server, tokenizer, tools)
+    params = sampling if sampling is not None else training_sampling_params(config)
+    output = await loop.run(params(config) if callable(params) else params, raw_prompt=prompt, tools_kwargs={}, extra_info={}, **run_kwargs)
+    return Run(output, server, tools[0], loop)
+
+
+def assert_consistent(run: Run, tokenizer, conversation: list[dict] | None = None) -> None:
+    """Invariants every trajectory must satisfy; with `conversation`, also its exact rendering."""
+    out = run.output
+    assert len(out.response_mask) == len(out.response_ids) == len(out.response_logprobs)
+    assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, out.response_mask) if m == 0)
+    assert unsampled_positions(run.server, MARKER, out.response_ids, out.response_mask, out.response_logprobs) == []
+    assert set(EXTRA_FIELD_KEYS) <= set(run.fields)
+    text = run.response_text(tokenizer)
+    # never ends on a tool call without its response
+    assert text.rfind("<tool_call>") < text.rfind("<tool_response>") or "<tool_call>" not in text
+    if conversation is not None:
+        assert run.text(tokenizer) == render_conversation(tokenizer, run.loop.tool_schemas, PROMPT + conversation)
+
+
+def assistant(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def tool(text: str) -> dict:
+    return {"role": "tool", "content": text}
+
+
+def test_registered_under_its_agent_name():
+    assert _agent_loop_registry[AGENT_NAME]["_target_"] == "cleaner.agent_loop.CleanerToolAgentLoop"
+
+
+async def test_shallow_rollback_keeps_the_reasoning_and_replaces_only_the_call(qwen3_tokenizer):
+    retry = turn("The variable name was wrong, fixing.", SIMILAR_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER])
+    purified_turn = turn("I will sum with Python.", SIMILAR_FIX, "Let me run it.\n")
+    assert_consistent(run, qwen3_tokenizer, [assistant(purified_turn), tool(tool_text(SIMILAR_FIX)), assistant(ANSWER)])
+    text = run.response_text(qwen3_tokenizer)
+    assert "NameError" not in text and "totl" not in text and "fixing" not in text
+    # the resample was generated in the context of the failed call and its error
+    retry_request = run.server.requests_for(MARKER)[1]
+    assert qwen3_tokenizer.decode(retry_request.prompt_ids).endswith(
+        "<tool_response>\n" + tool_text(FAILED) + "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    f = run.fields
+    assert (f["saar_rollbacks_triggered"], f["saar_rollbacks_recovered"], f["saar_rollbacks_shallow"]) == (1, 1, 1)
+    assert (f["saar_tool_calls"], f["saar_first_attempt_calls"], f["saar_first_attempt_successes"]) == (2, 1, 0)
+    assert f["saar_fail_exception"] == 1 and f["saar_retries_used"] == 1
+    assert f["saar_resampled_tokens"] == len(run.server.requests_for(MARKER)[1].token_ids)
+    [event] = f["saar_rollback_events"]
+    assert event["mode"] == "shallow" and event["failed_code"] == FAILED and event["replacement_code"] == SIMILAR_FIX
+    assert event["similarity"] >= 0.5 and event["exception_type"] == "NameError" and event["position"] == 0
+    # the spliced span is exactly the new call's tokens
+    [[start, end, attempt]] = f["saar_spliced_spans"]
+    assert attempt == 1
+    assert qwen3_tokenizer.decode(run.output.response_ids[start:end]) == tool_call_text(SIMILAR_FIX) + "<|im_end|>"
+    assert f["saar_spliced_tokens"] == end - start and f["saar_response_tokens"] == len(run.output.response_ids)
+    assert run.output.num_turns == 4  # user + purified call turn + tool + answer
+    assert run.tool.calls == [FAILED, SIMILAR_FIX]
+
+
+async def test_deep_rollback_replaces_the_whole_turn(qwen3_tokenizer):
+    retry = turn("A plain loop is simpler.", OTHER_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER])
+    assert_consistent(run, qwen3_tokenizer, [assistant(retry), tool(tool_text(OTHER_FIX)), assistant(ANSWER)])
+    f = run.fields
+    assert (f["saar_rollbacks_deep"], f["saar_rollbacks_shallow"], f["saar_deep_mentions_error"]) == (1, 0, 0)
+    [[start, end, _]] = f["saar_spliced_spans"]
+    assert qwen3_tokenizer.decode(run.output.response_ids[start:end]) == retry + "<|im_end|>"
+
+
+async def test_deep_replacement_that_mentions_the_hidden_error_is_counted(qwen3_tokenizer):
+    retry = turn("The previous attempt raised a NameError, so let me fix it with a loop.", OTHER_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER])
+    assert run.fields["saar_rollbacks_deep"] == 1 and run.fields["saar_deep_mentions_error"] == 1
+
+
+async def test_similarity_measure_and_threshold_are_configurable(qwen3_tokenizer):
+    retry = turn("Fixing.", SIMILAR_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], rollback_similarity="token", rollback_similarity_threshold=0.99)
+    assert run.fields["saar_rollbacks_deep"] == 1
+    assert_consistent(run, qwen3_tokenizer, [assistant(retry), tool(tool_text(SIMILAR_FIX)), assistant(ANSWER)])
+
+
+async def test_recovery_after_several_retries_drops_every_failed_attempt(qwen3_tokenizer):
+    second = turn("Try again.", "print(undefined_name)\n# outcome: exception NameError")
+    third = turn("Once more.", "1/0\n# outcome: exception ZeroDivisionError")
+    fix = turn("Now properly.", OTHER_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, second, third, fix, ANSWER])
+    assert_consistent(run, qwen3_tokenizer, [assistant(fix), tool(tool_text(OTHER_FIX)), assistant(ANSWER)])
+    f = run.fields
+    assert (f["saar_retries_used"], f["saar_fail_exception"], f["saar_tool_calls"]) == (3, 3, 4)
+    assert f["saar_rollback_events"][0]["retries"] == 3 and f["saar_spliced_spans"][0][2] == 3
+    assert "Error" not in run.response_text(qwen3_tokenizer)
+
+
+async def test_k_exhausted_keeps_the_whole_failed_chain(qwen3_tokenizer):
+    attempts = [FIRST] + [turn(f"Retry {i}.", f"print(v{i})\n# outcome: exception NameError") for i in range(2)]
+    follow_up = turn("Let me think without tools.", None, "The total is \\boxed{55}.")
+    run = await run_loop(qwen3_tokenizer, [*attempts, follow_up], max_tool_retries=2)
+    conversation = []
+    for attempt, code in zip(attempts, [FAILED, "print(v0)\n# outcome: exception NameError", "print(v1)\n# outcome: exception NameError"]):
+        conversation += [assistant(attempt), tool(tool_text(code))]
+    assert_consistent(run, qwen3_tokenizer, conversation + [assistant(follow_up)])
+    f = run.fields
+    assert (f["saar_rollbacks_triggered"], f["saar_rollbacks_failed"], f["saar_rollbacks_recovered"]) == (1, 1, 0)
+    assert f["saar_rollback_events"][0]["mode"] == "failed" and f["saar_spliced_spans"] == []
+    assert f["saar_retries_used"] == 2
+
+
+async def test_failure_after_exhaustion_at_a_later_position_gets_its_own_budget(qwen3_tokenizer):
+    script = [FIRST, turn("again", "print(q)\n# outcome: exception NameError"), turn("new step", "x = 1\n# outcome: syntax_error SyntaxError"), turn("fixed", "x = 1"), ANSWER]
+    run = await run_loop(qwen3_tokenizer, script, max_tool_retries=1)
+    f = run.fields
+    assert (f["saar_rollbacks_triggered"], f["saar_rollbacks_failed"], f["saar_rollbacks_recovered"]) == (2, 1, 1)
+    assert_consistent(run, qwen3_tokenizer)
+    assert [event["position"] for event in f["saar_rollback_events"]] == [0, 2]
+
+
+async def test_resample_without_a_tool_call_ends_the_trajectory_unpurified(qwen3_tokenizer):
+    give_up = turn("I cannot fix it.", None, "The total is probably \\boxed{55}.")
+    run = await run_loop(qwen3_tokenizer, [FIRST, give_up])
+    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED)), assistant(give_up)])
+    assert run.fields["saar_rollbacks_failed"] == 1 and run.fields["saar_retries_used"] == 1
+
+
+async def test_turn_limit_while_resampling_drops_the_resample_and_ends_on_the_error(qwen3_tokenizer):
+    retry = turn("Fixing.", SIMILAR_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry], max_assistant_turns=2)
+    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED))])
+    assert run.fields["saar_rollbacks_failed"] == 1 and run.tool.calls == [FAILED]
+
+
+async def test_response_length_while_resampling_drops_the_resample(qwen3_tokenizer):
+    long_retry = turn("word " * 400, SIMILAR_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, long_retry], response_length=300)
+    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED))])
+    assert run.fields["saar_rollbacks_failed"] == 1 and run.fields["saar_resampled_tokens"] > 300
+
+
+async def test_empty_resample_is_retried_within_the_budget(qwen3_tokenizer):
+    empty = ScriptedTurn(token_ids=(), append_eos=False, stop_reason="aborted")
+    fix = turn("Fixing.", OTHER_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, empty, fix, ANSWER])
+    assert_consistent(run, qwen3_tokenizer, [assistant(fix), tool(tool_text(OTHER_FIX)), assistant(ANSWER)])
+    assert run.fields["saar_retries_used"] == 2 and run.fields["saar_rollbacks_recovered"] == 1
+
+
+async def test_empty_resamples_exhausting_the_budget_end_on_the_error(qwen3_tokenizer):
+    empty = ScriptedTurn(token_ids=(), append_eos=False)
+    run = await run_loop(qwen3_tokenizer, [FIRST, empty, empty], max_tool_retries=2)
+    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED))])
+    assert run.fields["saar_rollbacks_failed"] == 1
+
+
+async def test_parallel_calls_with_one_failure_resample_the_whole_turn(qwen3_tokenizer):
+    good, bad, fixed = "print(1)", "print(zz)\n# outcome: exception NameError", "print(zz)\n# outcome: ok"
+    first = turn("Two things at once.", good) + "\n" + tool_call_text(bad)
+    retry = turn("Both again.", good) + "\n" + tool_call_text(fixed)
+    run = await run_loop(qwen3_tokenizer, [first, retry, ANSWER], max_parallel_calls=2)
+    purified = turn("Two things at once.", good) + "\n" + tool_call_text(fixed)
+    assert_consistent(
+        run, qwen3_tokenizer, [assistant(purified), tool(tool_text(good)), tool(tool_text(fixed)), assistant(ANSWER)]
+    )
+    f = run.fields
+    assert (f["saar_first_attempt_calls"], f["saar_first_attempt_successes"], f["saar_tool_calls"]) == (2, 1, 4)
+    assert f["saar_rollbacks_shallow"] == 1
+    assert sorted(run.tool.calls) == sorted([good, bad, good, fixed])
+
+
+async def test_infra_errors_are_shown_as_the_tools_text_counted_and_never_rolled_back(qwen3_tokenizer):
+    infra = "print(1)\n# outcome: infra queue_timeout"
+    first = turn("Run it.", infra)
+    run = await run_loop(qwen3_tokenizer, [first, ANSWER])
+    assert_consistent(run, qwen3_tokenizer, [assistant(first), tool(INFRA_TEXT), assistant(ANSWER)])
+    f = run.fields
+    assert f["saar_infra_error"] is True and f["saar_infra_errors"] == 1 and f["saar_fail_queue_timeout"] == 1
+    assert f["saar_rollbacks_triggered"] == 0
+
+
+async def test_unparsable_call_is_a_bad_call_and_rolled_back(qwen3_tokenizer):
+    broken = "<think>\nGo.\n</think>\n\n<tool_call>\n{\"name\": \"code_interpreter\", \"arguments\": {\"code\": \"print(1)\"\n</tool_call>"
+    fix = turn("Go.", "print(1)")
+    run = await run_loop(qwen3_tokenizer, [broken, fix, ANSWER])
+    assert_consistent(run, qwen3_tokenizer, [assistant(fix), tool(tool_text("print(1)")), assistant(ANSWER)])
+    assert run.fields["saar_fail_bad_call"] == 1 and run.fields["saar_rollbacks_recovered"] == 1
+    assert "could not be parsed" in run.fields["saar_rollback_events"][0]["error_text"]
+
+
+async def test_unknown_tool_and_non_object_arguments_are_bad_calls(qwen3_tokenizer):
+    unknown = "<think>\nGo.\n</think>\n\n<tool_call>\n" + json.dumps({"name": "shell", "arguments": {"cmd": "ls"}}) + "\n</tool_call>"
+    not_object = "<think>\nGo.\n</think>\n\n<tool_call>\n" + json.dumps({"name": "code_interpreter", "arguments": "print(1)"}) + "\n</tool_call>"
+    fix = turn("Go.", "print(1)")
+    run = await run_loop(qwen3_tokenizer, [unknown, not_object, fix, ANSWER])
+    assert run.fields["saar_fail_bad_call"] == 2 and run.fields["saar_rollbacks_recovered"] == 1
+    errors = [req for req in run.server.requests_for(MARKER)]
+    assert "unknown tool 'shell'" in qwen3_tokenizer.decode(errors[1].prompt_ids)
+    assert "must be a JSON object" in qwen3_tokenizer.decode(errors[2].prompt_ids)
+    assert_consistent(run, qwen3_tokenizer, [assistant(fix), tool(tool_text("print(1)")), assistant(ANSWER)])
+
+
+async def test_tool_without_outcome_counts_as_success_and_raising_tool_as_infra(qwen3_tokenizer):
+    silent, crashing = scripted_python_tool(), scripted_python_tool()
+
+    async def no_outcome(instance_id, parameters, **kwargs):
+        from verl.tools.schemas import ToolResponse
+
+        return ToolResponse(text="done"), 0.0, {}
+
+    async def boom(instance_id, parameters, **kwargs):
+        raise RuntimeError("socket closed")
+
+    silent.execute, crashing.execute = no_outcome, boom
+    first = turn("Run.", "print(1)")
+    run = await run_loop(qwen3_tokenizer, [first, ANSWER], tools=[silent])
+    assert run.fields["saar_first_attempt_successes"] == 1 and run.fields["saar_rollbacks_triggered"] == 0
+    run = await run_loop(qwen3_tokenizer, [first, ANSWER], tools=[crashing])
+    assert run.fields["saar_infra_error"] is True and run.fields["saar_fail_judge_internal_error"] == 1
+    assert_consistent(run, qwen3_tokenizer)
+
+
+@pytest.mark.parametrize("probability", [0.0, 1.0])
+async def test_probability_zero_keeps_errors_and_one_purifies(qwen3_tokenizer, probability):
+    retry = turn("Fixing.", OTHER_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], rollback_probability=probability)
+    assert run.fields["saar_rollback_enabled"] == int(probability)
+    if probability == 0.0:
+        conversation = [assistant(FIRST), tool(tool_text(FAILED)), assistant(retry), tool(tool_text(OTHER_FIX)), assistant(ANSWER)]
+        assert run.fields["saar_rollbacks_triggered"] == 0 and run.fields["saar_first_attempt_calls"] == 2
+    else:
+        conversation = [assistant(retry), tool(tool_text(OTHER_FIX)), assistant(ANSWER)]
+    assert_consistent(run, qwen3_tokenizer, conversation)
+
+
+async def test_gate_is_drawn_once_per_trajectory_reproducibly(qwen3_tokenizer):
+    async def gates(**run_kwargs):
+        run = await run_loop(qwen3_tokenizer, [ANSWER], rollback_probability=0.5, rollback_seed=11, run_kwargs=run_kwargs)
+        return run.fields["saar_rollback_enabled"]
+
+    first = [await gates(index=i, session_id=0) for i in range(24)]
+    assert first == [await gates(index=i, session_id=0) for i in range(24)]
+    assert 0 < sum(first) < 24
+    # the legacy worker runs the n samples of one prompt as identical rows: each occurrence draws anew
+    assert len({await gates(uid="same-prompt") for _ in range(24)}) == 2
+
+
+async def test_validation_runs_without_rollback_unless_enabled(qwen3_tokenizer):
+    retry = turn("Fixing.", OTHER_FIX)
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], sampling=validation_sampling_params)
+    assert run.fields["saar_rollback_enabled"] == 0 and run.fields["saar_rollbacks_triggered"] == 0
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], sampling=validation_sampling_params, rollback_in_validation=True)
+    assert run.fields["saar_rollbacks_recovered"] == 1
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], run_kwargs={"index": 0, "validate": True})
+    assert run.fields["saar_rollback_enabled"] == 0
+
+
+async def test_ambiguous_validation_sampling_is_a_config_error(qwen3_tokenizer):
+    config = agent_loop_config(enable_tool_rollback=True)
+    config.actor_rollout_ref.rollout.val_kwargs.top_p = 1.0
+    loop = build_agent_loop(CleanerToolAgentLoop, config, ScriptedLLMServer(qwen3_tokenizer, {MARKER: [ANSWER]}), qwen3_tokenizer, [scripted_python_tool()])
+    with pytest.raises(SaarConfigError, match="cannot tell validation from training"):
+        await loop.run(training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0)
+
+
+async def test_unsupported_parser_format_with_rollback_fails_loudly(qwen3_tokenizer):
+    with pytest.raises(ValueError, match="supported formats"):
+        await run_loop(qwen3_tokenizer, [ANSWER], format="gpt-oss")
+
+
+async def test_rollback_off_matches_the_stock_tool_agent_token_for_token(qwen3_tokenizer):
+    script = [FIRST, turn("Fixing.", OTHER_FIX), ANSWER]
+    ours = await run_loop(qwen3_tokenizer, script, enable_tool_rollback=False)
+    stock = await run_loop(qwen3_tokenizer, script, loop_cls=ToolAgentLoop, enable_tool_rollback=False)
+    for name in ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "num_turns"):
+        assert getattr(ours.output, name) == getattr(stock.output, name), name
+    f = ours.fields
+    assert tuple(key for key in f if key.startswith("saar_")) == EXTRA_FIELD_KEYS
+    assert (f["saar_rollback_enabled"], f["saar_tool_calls"], f["saar_first_attempt_successes"], f["saar_fail_exception"]) == (0, 2, 1, 1)
