@@ -38,7 +38,10 @@ async def test_success_shows_stdout_and_echoes_the_last_expression(judge_url):
 
 async def test_name_error_is_reported_at_the_models_line(judge_url):
     tool = make_tool(judge_url)
+    client = shared_judge_client(tool.settings.judge)
+    requests_before = client.stats.http_requests
     text, outcome = await call(tool, {"code": "a = 1\nprint(a)\nprint(b)\n"})
+    assert client.stats.http_requests - requests_before == 1  # a model error is never retried
     assert (outcome.kind, outcome.category, outcome.exception_type) == (
         OutcomeKind.MODEL_ERROR, ErrorCategory.EXCEPTION, "NameError")
     assert text == ("Tool call failure\nreason: \nstdout: 1\n\n"
@@ -59,9 +62,16 @@ async def test_nonzero_exit_without_exception(judge_url):
 
 
 async def test_timeout_is_a_model_error(judge_url):
-    text, outcome = await call(make_tool(judge_url), {"code": "while True:\n    pass"})
+    # Sleeping (not spinning) keeps the shared CI cores free while the judge's wall-time limit fires.
+    text, outcome = await call(make_tool(judge_url), {"code": "import time\nprint('started', flush=True)\ntime.sleep(120)"})
     assert (outcome.kind, outcome.category) == (OutcomeKind.MODEL_ERROR, ErrorCategory.TIMEOUT)
-    assert text.startswith("Tool call failure\nreason: worker_timeout\n")
+    assert text.startswith("Tool call failure\nreason: worker_timeout\nstdout: started\n")
+
+
+async def test_memory_limit_is_a_model_error(judge_url):
+    text, outcome = await call(make_tool(judge_url), {"code": "x = 1\nblock = bytearray(8 * 1024 ** 3)"})
+    assert (outcome.category, outcome.exception_type) == (ErrorCategory.MEMORY_LIMIT, "MemoryError")
+    assert "MemoryError at line 2" in text
 
 
 @pytest.mark.parametrize(
