@@ -1,0 +1,173 @@
+"""Put the rollback/* and tool_calls/* metrics into what verl's trainers log, for training and validation.
+
+verl 0.9.1 has no extension point that carries per-trajectory agent-loop fields into a step's logged
+metrics (console, wandb, ... via `Tracking.log`):
+- legacy `RayPPOTrainer` (`trainer.use_v1=false`): of the agent-loop manager's output, only
+  `meta_info["timing"]` reaches the metrics, renamed `timing_s/<key>`;
+- v1 trainer (the default): the manager returns nothing; trajectories go to TransferQueue and
+  `_compute_metrics` reads a fixed list of fields from it.
+
+So `install()` wraps, once per process, the places where each trainer has the trajectories in hand,
+and adds `cleaner.metrics.aggregate_saar_metrics` of their `saar_*` stats to the metrics it returns:
+
+| trainer | training                                          | validation (prefix `val-aux/`)                   |
+|---------|---------------------------------------------------|--------------------------------------------------|
+| legacy  | `ray_trainer.compute_data_metrics(batch)`          | `RayPPOTrainer._validate`, rows from each        |
+|         | (the batch holds the `saar_*` columns)             | unpadded batch given to `extract_reward`         |
+| v1      | `PPOTrainer._compute_metrics(batch: KVBatchMeta)`  | `PPOTrainer._validate`, rows fetched from        |
+|         | rows fetched from TransferQueue `extra_fields`     | TransferQueue for each batch the replay buffer   |
+|         |                                                   | samples (before the trainer clears it)           |
+
+The wrappers call verl's original first and only add keys; batches without `saar_*` stats add nothing.
+`install()` is called by `cleaner.agent_loop_manager.CleanerAgentLoopManager`, which verl constructs in
+the trainer's own process, so choosing that manager class is the single opt-in.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from cleaner.metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns
+
+logger = logging.getLogger(__name__)
+
+# Attribute set on every wrapper, so `install()` is idempotent and tests can find the original.
+_MARK = "__cleaner_saar_metrics__"
+
+
+def _is_installed(function: Callable) -> bool:
+    return getattr(function, _MARK, False)
+
+
+def _mark(wrapper: Callable) -> Callable:
+    setattr(wrapper, _MARK, True)
+    return wrapper
+
+
+# ---------------------------------------------------------------- legacy RayPPOTrainer
+
+
+def _wrap_compute_data_metrics(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def compute_data_metrics(batch, *args, **kwargs):
+        metrics = original(batch, *args, **kwargs)
+        metrics.update(aggregate_saar_metrics(rows_from_columns(batch.non_tensor_batch)))
+        return metrics
+
+    return _mark(compute_data_metrics)
+
+
+class _ValidationRows:
+    """Rows of the validation batches seen while a `_validate` call runs (None outside of one)."""
+
+    rows: list[dict[str, Any]] | None = None
+
+
+def _wrap_extract_reward(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def extract_reward(batch, *args, **kwargs):
+        if _ValidationRows.rows is not None:
+            _ValidationRows.rows.extend(rows_from_columns(batch.non_tensor_batch))
+        return original(batch, *args, **kwargs)
+
+    return _mark(extract_reward)
+
+
+def _wrap_legacy_validate(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _validate(self, merged: bool = False):
+        _ValidationRows.rows = []
+        try:
+            result = original(self, merged=merged)
+            rows = _ValidationRows.rows
+        finally:
+            _ValidationRows.rows = None
+        # merged=True returns raw per-sample lists for a later merge, not metrics.
+        if not merged:
+            result.update(aggregate_saar_metrics(rows, prefix=VALIDATION_PREFIX))
+        return result
+
+    return _mark(_validate)
+
+
+def _install_legacy() -> None:
+    from verl.trainer.ppo import ray_trainer
+
+    if not _is_installed(ray_trainer.compute_data_metrics):
+        ray_trainer.compute_data_metrics = _wrap_compute_data_metrics(ray_trainer.compute_data_metrics)
+    if not _is_installed(ray_trainer.extract_reward):
+        ray_trainer.extract_reward = _wrap_extract_reward(ray_trainer.extract_reward)
+    if not _is_installed(ray_trainer.RayPPOTrainer._validate):
+        ray_trainer.RayPPOTrainer._validate = _wrap_legacy_validate(ray_trainer.RayPPOTrainer._validate)
+
+
+# ---------------------------------------------------------------- v1 PPOTrainer (TransferQueue)
+
+
+def fetch_extra_fields(keys: list[str], partition_id: str) -> list[dict[str, Any]]:
+    """The `extra_fields` dict of each trajectory key, as the v1 agent-loop worker stored it in TransferQueue."""
+    import transfer_queue as tq
+
+    if not keys:
+        return []
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
+    return list(data["extra_fields"].tolist())
+
+
+def _sampled_rows(batch) -> list[dict[str, Any]]:
+    """Rows of a `KVBatchMeta`, leaving out the padding entries verl adds to fill a batch."""
+    keys = [key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
+    return fetch_extra_fields(keys, batch.partition_id)
+
+
+def _wrap_v1_compute_metrics(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _compute_metrics(self, batch, metrics, *args, **kwargs):
+        result = original(self, batch, metrics, *args, **kwargs)
+        metrics.update(aggregate_saar_metrics(_sampled_rows(batch)))
+        return result
+
+    return _mark(_compute_metrics)
+
+
+def _wrap_v1_validate(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _validate(self, *args, **kwargs):
+        rows: list[dict[str, Any]] = []
+        sample = self.replay_buffer.sample
+
+        # The trainer clears each validation batch from TransferQueue before the next; read it first.
+        def sample_and_collect(*sample_args, **sample_kwargs):
+            batch, sample_metrics = sample(*sample_args, **sample_kwargs)
+            if batch.partition_id == "val":
+                rows.extend(_sampled_rows(batch))
+            return batch, sample_metrics
+
+        self.replay_buffer.sample = sample_and_collect
+        try:
+            result = original(self, *args, **kwargs)
+        finally:
+            del self.replay_buffer.sample  # back to the class's method
+        result.update(aggregate_saar_metrics(rows, prefix=VALIDATION_PREFIX))
+        return result
+
+    return _mark(_validate)
+
+
+def _install_v1() -> None:
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    if not _is_installed(PPOTrainer._compute_metrics):
+        PPOTrainer._compute_metrics = _wrap_v1_compute_metrics(PPOTrainer._compute_metrics)
+    if not _is_installed(PPOTrainer._validate):
+        PPOTrainer._validate = _wrap_v1_validate(PPOTrainer._validate)
+
+
+def install() -> None:
+    """Wrap both trainers' metric assembly in this process (idempotent)."""
+    _install_legacy()
+    _install_v1()
+    logger.info("cleaner: rollback/* and tool_calls/* metrics hooked into verl's legacy and v1 trainers")

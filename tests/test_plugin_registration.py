@@ -1,0 +1,123 @@
+"""cleaner.plugin: both verl registration routes work, and a broken plugin fails loudly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from cleaner import plugin
+
+REPO = Path(__file__).resolve().parent.parent
+AGENT_LOOP_YAML = REPO / "recipe" / "cleaner" / "config" / "agent_loop.yaml"
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """A fresh interpreter (verl loads entry points once per process, at `import verl`), default plugin policy."""
+    env = {key: value for key, value in os.environ.items() if key != "VERL_USE_EXTERNAL_PLUGINS"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+    )
+
+
+def test_entry_point_is_declared_in_the_verl_plugins_group():
+    (found,) = [ep for ep in entry_points(group="verl.plugins") if ep.name == "cleaner"]
+    assert found.value == "cleaner.plugin"
+    assert plugin.check_entry_point().ok
+
+
+def test_check_cli_passes_on_a_healthy_install():
+    """`--check` runs as __main__, so the registry entry it finds comes from verl's entry-point loading."""
+    result = subprocess.run(
+        [sys.executable, "-m", "cleaner.plugin", "--check"], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and all(line.startswith("ok") for line in lines), lines
+
+
+def test_broken_agent_loop_import_is_loud_in_every_path():
+    """verl itself swallows the plugin's exception (DEBUG log); ours must still shout and refuse."""
+    result = run_python(
+        """
+        import importlib.abc, sys
+
+        class BrokenAgentLoop(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "cleaner.agent_loop":
+                    raise RuntimeError("simulated bug in cleaner.agent_loop")
+
+        sys.meta_path.insert(0, BrokenAgentLoop())
+        import verl  # must not raise: verl swallows entry-point errors
+        from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+        assert "cleaner_tool_agent" not in _agent_loop_registry
+        print("IMPORT_VERL_SURVIVED")
+        try:
+            import cleaner.agent_loop_manager  # what verl's agent_loop_manager_class loading does
+        except Exception as exc:
+            print("MANAGER_RAISED:", type(exc).__name__, exc, "| cause:", type(exc.__cause__).__name__)
+        import runpy
+        sys.argv = ["cleaner.plugin", "--check"]
+        try:
+            runpy.run_module("cleaner.plugin", run_name="__main__")
+        except SystemExit as exit_:
+            print("CHECK_EXIT:", exit_.code)
+        """
+    )
+    assert "IMPORT_VERL_SURVIVED" in result.stdout, result.stderr
+    # 1. at `import verl`, logged at ERROR with the cause, although verl swallows the exception
+    assert "ERROR" in result.stderr
+    assert "importing cleaner.agent_loop failed (RuntimeError: simulated bug in cleaner.agent_loop)" in result.stderr
+    assert "'cleaner_tool_agent' is NOT registered" in result.stderr
+    # 2. the cleaner agent-loop manager (and its workers) refuse to start, naming the failed import
+    assert "MANAGER_RAISED: PluginError cleaner verl plugin: importing cleaner.agent_loop failed" in result.stdout
+    assert "| cause: RuntimeError" in result.stdout
+    # 3. the CLI check fails both routes and exits 1
+    assert "FAIL  import verl registers the agent loop" in result.stdout
+    assert "FAIL  agent loop config" in result.stdout
+    assert "CHECK_EXIT: 1" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("policy", "allowed"),
+    [("auto", True), ("AUTO", True), ("none", False), ("cleaner", True), ("other, cleaner", True), ("other", False)],
+)
+def test_plugin_policy_mirrors_verl(policy, allowed):
+    assert plugin.plugin_policy_allows_cleaner(policy) is allowed
+
+
+def test_check_explains_a_policy_that_disables_the_entry_point(monkeypatch):
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    result = plugin.check_import_verl_registers()
+    assert not result.ok
+    assert "VERL_USE_EXTERNAL_PLUGINS='none'" in result.detail and "yaml" in result.detail
+
+
+def test_agent_loop_yaml_route():
+    """The yaml is what AgentLoopWorker loads into verl's registry (see the worker tests for a real run)."""
+    from omegaconf import OmegaConf
+
+    entries = OmegaConf.load(AGENT_LOOP_YAML)
+    assert [(e.name, e._target_) for e in entries] == [("cleaner_tool_agent", plugin.AGENT_LOOP_TARGET)]
+    assert plugin.check_agent_loop_config(AGENT_LOOP_YAML).ok
+
+
+def test_agent_loop_yaml_with_a_bad_target_fails_the_check(tmp_path):
+    bad = tmp_path / "agent_loop.yaml"
+    bad.write_text("- name: cleaner_tool_agent\n  _target_: cleaner.no_such_module.Loop\n")
+    result = plugin.check_agent_loop_config(bad)
+    assert not result.ok and "cleaner.no_such_module.Loop" in result.detail
+    not_a_loop = tmp_path / "not_a_loop.yaml"
+    not_a_loop.write_text("- name: cleaner_tool_agent\n  _target_: cleaner.metrics.SaarStatsError\n")
+    assert "not a verl ToolAgentLoop subclass" in plugin.check_agent_loop_config(not_a_loop).detail
+    assert "file not found" in plugin.check_agent_loop_config(tmp_path / "missing.yaml").detail
