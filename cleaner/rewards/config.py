@@ -12,6 +12,21 @@ CODE_SCORINGS = ("fraction", "all_pass")
 VERL_INJECTED_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 
+# Python types each option accepts (hydra passes YAML scalars as int / float / str / bool / None).
+_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "math_equivalence": (str,),
+    "math_timeout_s": (int, float),
+    "math_workers": (int,),
+    "code_scoring": (str,),
+    "code_max_tests": (int, type(None)),
+    "judge_url": (str,),
+    "judge_request_timeout_s": (int, float),
+    "judge_max_retries": (int,),
+    "infra_error_score": (int, float),
+    "data_sources": (dict,),
+}
+
+
 @dataclass(frozen=True)
 class RewardConfig:
     math_equivalence: str = "math_verify"  # or "strict": the boxed answer must equal the ground truth string
@@ -49,4 +64,8 @@ class RewardConfig:
             raise ValueError(f"unknown reward option(s) {unknown}; known options: {sorted(known)}")
         if "data_sources" in options:
             options["data_sources"] = dict(options["data_sources"])
+        for name, value in options.items():
+            accepted = _OPTION_TYPES[name]
+            if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+                raise ValueError(f"reward option {name} must be {' or '.join(t.__name__ for t in accepted)}, got {value!r}")
         return cls(**options)

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from multiprocessing.connection import Connection
@@ -91,7 +91,7 @@ class _Worker:
     conn: Connection
     ready: bool = False
     task: _Task | None = None
-    started: float = field(default=0.0)
+    started: float = 0.0  # time.monotonic() when the current task was sent
 
 
 class MathVerifyPool:
@@ -167,16 +167,15 @@ class MathVerifyPool:
             _resolve(worker.task.future, verdict.value)
 
     def _dispatch(self) -> None:
+        idle = [worker for worker in self._workers if worker.ready and worker.task is None]
         with self._lock:
-            for worker in self._workers:
-                if not self._queue:
-                    return
-                if worker.ready and worker.task is None:
-                    task = self._queue.popleft()
-                    if not task.future.set_running_or_notify_cancel():
-                        continue  # the caller gave up before the check started
-                    worker.conn.send((task.gold, task.pred))
-                    worker.task, worker.started = task, time.monotonic()
+            while idle and self._queue:
+                task = self._queue.popleft()
+                if not task.future.set_running_or_notify_cancel():
+                    continue  # the caller gave up before the check started
+                worker = idle.pop()
+                worker.conn.send((task.gold, task.pred))
+                worker.task, worker.started = task, time.monotonic()
 
     def _supervise(self) -> None:
         while True:

@@ -49,6 +49,8 @@ def test_options_are_validated_and_verl_routing_kwargs_ignored():
         RewardConfig(code_scoring="best")
     with pytest.raises(ValueError, match="math_workers"):
         RewardConfig(math_workers=0)
+    with pytest.raises(ValueError, match="math_workers must be int, got '2'"):
+        RewardConfig.from_kwargs({"math_workers": "2"})
 
 
 async def test_every_result_has_the_same_keys_so_verl_can_concatenate_batches():
