@@ -100,6 +100,8 @@ def _io_tests(spec: dict[str, Any]) -> list[CodeTest]:
 
 
 def _as_list(value: Any, name: str) -> list[Any]:
+    if hasattr(value, "tolist"):  # a numpy array, as pandas gives nested parquet lists
+        value = value.tolist()
     if isinstance(value, str):
         try:
             value = json.loads(value)

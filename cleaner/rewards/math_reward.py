@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from cleaner.rewards.config import RewardConfig
@@ -19,7 +20,7 @@ _VERDICT_REASONS = {
 
 def math_ground_truth(ground_truth: Any) -> str:
     """The gold answer as text; a gold stored as `\\boxed{...}` is unboxed."""
-    if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, int, float)):
+    if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, numbers.Real)):
         raise ValueError(f"a math ground truth must be a string or a number, got {type(ground_truth).__name__}: {ground_truth!r}")
     gold = str(ground_truth).strip()
     boxed = last_boxed(gold)

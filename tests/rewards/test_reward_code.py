@@ -49,10 +49,13 @@ async def test_stdin_problem_right_wrong_partial_crashing_and_respaced(judge_url
     partial = "a, b = map(int, input().split())\nprint(a + b if a < 10 else 0)"
     crashing = "raise RuntimeError('boom')"
     respaced = "a, b = map(int, input().split())\nprint(f'  {a + b:.1f}  ')"
-    results = {
-        name: await score(judge_url, "train-code-taco-easy", code, SUM_STDIN)
-        for name, code in [("right", right), ("wrong", wrong), ("partial", partial), ("crashing", crashing), ("respaced", respaced)]
-    }
+    with_main = (
+        "import sys\ndef main():\n    a, b = map(int, sys.stdin.read().split())\n    print(a + b)\n"
+        "if __name__ == '__main__':\n    main()"
+    )
+    variants = [("right", right), ("wrong", wrong), ("partial", partial), ("crashing", crashing), ("respaced", respaced),
+                ("with_main", with_main)]
+    results = {name: await score(judge_url, "train-code-taco-easy", code, SUM_STDIN) for name, code in variants}
     assert results["right"] == {
         "score": 1.0, "acc": True, "pred": right + "\n", "reason": "correct", "infra_error": False,
         "tests_passed": 3, "tests_total": 3,
@@ -61,6 +64,7 @@ async def test_stdin_problem_right_wrong_partial_crashing_and_respaced(judge_url
     assert results["partial"]["score"] == pytest.approx(2 / 3) and results["partial"]["tests_passed"] == 2
     assert results["crashing"]["score"] == 0.0 and results["crashing"]["infra_error"] is False
     assert results["respaced"]["acc"] is True  # "  3.0  " is the same answer as "3"
+    assert results["with_main"]["acc"] is True  # stdin programs run as __main__
 
 
 async def test_a_slow_solution_fails_its_tests_by_the_time_limit(judge_url):

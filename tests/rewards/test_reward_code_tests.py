@@ -17,6 +17,13 @@ def test_stdin_pairs_from_a_dict_or_its_json_string_and_line_lists():
     assert parse_code_tests(json.dumps(spec)) == expected
 
 
+def test_lists_read_by_pandas_as_numpy_arrays_are_accepted():
+    import numpy as np
+
+    spec = {"inputs": np.array(["1\n", "2\n"], dtype=object), "outputs": np.array(["1\n", "2\n"], dtype=object)}
+    assert parse_code_tests(spec) == [StdioTest("1\n", "1\n"), StdioTest("2\n", "2\n")]
+
+
 def test_call_based_inputs_as_argument_lists_or_json_lines():
     assert parse_code_tests({"fn_name": "f", "inputs": [[1, [2]]], "outputs": [[3]]}) == [CallTest("f", [1, [2]], [3])]
     lcb = {"fn_name": "g", "inputs": ["[1, 2]\n\"ab\""], "outputs": ["true"]}

@@ -64,6 +64,15 @@ async def test_wrong_or_missing_answers_score_minus_one(response, gold, reason, 
     }
 
 
+async def test_numeric_ground_truths_including_numpy_scalars():
+    import numpy as np
+
+    assert (await compute_score("AIME2024", answer("\\boxed{24}"), 24))["acc"]
+    assert (await compute_score("AIME2024", answer("\\boxed{24}"), np.int64(24)))["acc"]
+    with pytest.raises(ValueError, match="AIME2024.*must be a string or a number"):
+        await compute_score("AIME2024", answer("\\boxed{24}"), ["24"])
+
+
 async def test_strict_mode_is_the_reference_exact_string_match():
     assert (await compute_score("math_dapo", answer("\\boxed{204}"), "204", math_equivalence="strict"))["acc"]
     result = await compute_score("math_dapo", answer("\\boxed{\\frac12}"), "0.5", math_equivalence="strict")
