@@ -1,0 +1,155 @@
+"""Properties of CleanerToolAgentLoop over many random scripted trajectories.
+
+Each example scripts 1-3 tool positions; position p fails `failures[p]` times before a success. An
+independent text-level oracle says what the purified conversation must be:
+- no failure: the turn and its result;
+- 1..K failures: the first attempt's reasoning with the successful call (shallow, when the codes'
+  difflib ratio is >= 0.5) or the whole successful turn (deep), then its result;
+- more than K failures: every attempt and every error, unpurified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cleaner.agent_loop import CleanerToolAgentLoop
+from cleaner.saar.stats import EXTRA_FIELD_KEYS
+from cleaner.scripted_llm import (
+    ScriptedLLMServer,
+    agent_loop_config,
+    build_agent_loop,
+    render_conversation,
+    scripted_outcome,
+    scripted_python_tool,
+    scripted_tool_text,
+    tool_call_text,
+    training_sampling_params,
+    unsampled_positions,
+)
+
+MARKER = "RANDOM-PROBLEM"
+PROMPT = [{"role": "user", "content": f"{MARKER}: solve it with Python."}]
+ANSWER = "<think>\nDone.\n</think>\n\nThe answer is \\boxed{42}."
+WORDS = ["compute", "the", "sum", "first", "check", "value", "list", "loop", "prime", "factor", "print"]
+STATEMENTS = ["x = 3", "y = x * 7", "print(x + y)", "import math", "z = math.gcd(12, 18)", "items = [1, 2, 3]", "print(sum(items))"]
+FAILURES = ["exception NameError", "exception ZeroDivisionError", "syntax_error SyntaxError", "timeout", "nonzero_exit", "bad_call"]
+
+
+@dataclass(frozen=True)
+class Position:
+    reasonings: tuple[str, ...]  # one per attempt
+    base_code: str
+    failures: int
+    failure_kinds: tuple[str, ...]
+    similar_fix: bool
+
+
+positions = st.builds(
+    Position,
+    reasonings=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join), min_size=6, max_size=6).map(tuple),
+    base_code=st.lists(st.sampled_from(STATEMENTS), min_size=1, max_size=4).map("\n".join),
+    failures=st.integers(0, 4),
+    failure_kinds=st.lists(st.sampled_from(FAILURES), min_size=5, max_size=5).map(tuple),
+    similar_fix=st.booleans(),
+)
+
+
+def turn(reasoning: str, code: str) -> str:
+    return f"<think>\n{reasoning}\n</think>\n\n" + tool_call_text(code)
+
+
+def tool_text(code: str) -> str:
+    return scripted_tool_text(code, scripted_outcome(code))
+
+
+def plan(position_specs: list[Position], retries: int):
+    """The server script, the expected purified conversation and the expected counters."""
+    script, conversation, hidden = [], [], []
+    expected = {"triggered": 0, "recovered": 0, "failed": 0, "retries": 0}
+    for index, spec in enumerate(position_specs):
+        executed_failures = min(spec.failures, retries + 1)
+        failed = [f"{spec.base_code}\nmarker_{index}_{j} = 1\n# outcome: {spec.failure_kinds[j]}" for j in range(executed_failures)]
+        attempts = [(spec.reasonings[j], code) for j, code in enumerate(failed)]
+        recovered = spec.failures <= retries
+        if recovered:
+            fix = spec.base_code if spec.similar_fix else f"answer_{index} = 6 * 7\nprint(answer_{index})"
+            attempts.append((spec.reasonings[executed_failures], fix))
+        script += [turn(reasoning, code) for reasoning, code in attempts]
+        if spec.failures == 0:
+            conversation += [_assistant(turn(*attempts[0])), _tool(tool_text(attempts[0][1]))]
+        elif recovered:
+            first_reasoning, first_code = attempts[0]
+            fix_reasoning, fix_code = attempts[-1]
+            shallow = difflib.SequenceMatcher(None, first_code, fix_code).ratio() >= 0.5
+            kept = turn(first_reasoning if shallow else fix_reasoning, fix_code)
+            conversation += [_assistant(kept), _tool(tool_text(fix_code))]
+            hidden += [(code, tool_text(code)) for code in failed]
+            expected["triggered"] += 1
+            expected["recovered"] += 1
+            expected["retries"] += spec.failures
+        else:
+            for reasoning, code in attempts:
+                conversation += [_assistant(turn(reasoning, code)), _tool(tool_text(code))]
+            expected["triggered"] += 1
+            expected["failed"] += 1
+            expected["retries"] += retries
+    script.append(ANSWER)
+    conversation.append(_assistant(ANSWER))
+    return script, conversation, hidden, expected
+
+
+def _assistant(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def _tool(text: str) -> dict:
+    return {"role": "tool", "content": text}
+
+
+async def run_script(tokenizer, script, retries):
+    config = agent_loop_config(enable_tool_rollback=True, max_tool_retries=retries, max_tool_response_length=4096)
+    server = ScriptedLLMServer(tokenizer, {MARKER: script})
+    tool = scripted_python_tool()
+    loop = build_agent_loop(CleanerToolAgentLoop, config, server, tokenizer, [tool])
+    output = await loop.run(training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0)
+    return output, server, tool, loop
+
+
+@settings(max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(position_specs=st.lists(positions, min_size=1, max_size=3), retries=st.integers(1, 3))
+def test_random_trajectories_are_purified_exactly(qwen3_tokenizer, position_specs, retries):
+    script, conversation, hidden, expected = plan(position_specs, retries)
+    output, server, tool, loop = asyncio.run(run_script(qwen3_tokenizer, script, retries))
+    fields = output.extra_fields
+
+    # token bookkeeping: one mask and one log-prob per response token; context tokens carry no log-prob
+    assert len(output.response_mask) == len(output.response_ids) == len(output.response_logprobs)
+    assert all(lp == 0.0 for lp, mask in zip(output.response_logprobs, output.response_mask) if mask == 0)
+    # every trainable token is one the server sampled, with the log-prob it reported
+    assert unsampled_positions(server, MARKER, output.response_ids, output.response_mask, output.response_logprobs) == []
+    # the stream is exactly the chat template of the purified conversation (no decode/re-encode drift)
+    text = qwen3_tokenizer.decode(output.prompt_ids + output.response_ids)
+    assert text == render_conversation(qwen3_tokenizer, loop.tool_schemas, PROMPT + conversation)
+    # recovered failures leave no trace: neither their code nor their error
+    response = qwen3_tokenizer.decode(output.response_ids)
+    for code, error in hidden:
+        assert json.dumps(code)[1:-1] not in response and error not in response
+
+    assert tuple(key for key in fields if key.startswith("saar_")) == EXTRA_FIELD_KEYS
+    assert fields["saar_rollbacks_triggered"] == expected["triggered"]
+    assert fields["saar_rollbacks_recovered"] == expected["recovered"]
+    assert fields["saar_rollbacks_failed"] == expected["failed"]
+    assert fields["saar_rollbacks_shallow"] + fields["saar_rollbacks_deep"] == expected["recovered"]
+    assert fields["saar_retries_used"] == expected["retries"]
+    assert fields["saar_tool_calls"] == len(tool.calls)
+    assert fields["saar_first_attempt_calls"] == len(position_specs)
+    spans = fields["saar_spliced_spans"]
+    assert fields["saar_spliced_tokens"] == sum(end - start for start, end, _ in spans)
+    assert all(output.response_mask[i] == 1 for start, end, _ in spans for i in range(start, end))
+    assert fields["saar_response_tokens"] == len(output.response_ids)
