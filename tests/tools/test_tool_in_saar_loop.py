@@ -17,8 +17,9 @@ from cleaner.tools.code_interpreter import CodeInterpreterTool
 FINAL = "The total is \\boxed{45}."
 
 
-async def run_trajectory(tokenizer, tool, marker: str, turns: list[str]):
-    config = agent_loop_config(enable_tool_rollback=True, max_tool_retries=3, max_tool_response_length=512)
+async def run_trajectory(tokenizer, tool, marker: str, turns: list[str], **multi_turn):
+    multi_turn = {"enable_tool_rollback": True, "max_tool_retries": 3, "max_tool_response_length": 512, **multi_turn}
+    config = agent_loop_config(**multi_turn)
     server = ScriptedLLMServer(tokenizer, scripts={marker: turns})
     loop = build_agent_loop(CleanerToolAgentLoop, config, server, tokenizer, [tool])
     output = await loop.run(
@@ -60,3 +61,13 @@ async def test_infra_outage_is_kept_and_marked_not_rolled_back(qwen3_tokenizer):
     assert extra["saar_infra_error"] is True and extra["saar_infra_errors"] == 1
     assert "execution service unavailable" in response
     assert "print(sum(range(10)))" in response  # the call stays in the trajectory
+
+
+async def test_python_block_runs_through_the_lenient_parser(qwen3_tokenizer, judge_url):
+    tool = CodeInterpreterTool({"type": "native", "judge_url": judge_url})
+    output, response = await run_trajectory(
+        qwen3_tokenizer, tool, "LENIENT", ["Let me add them.\n```python\nsum(range(10))\n```", FINAL],
+        enable_tool_rollback=False, format="cleaner_lenient",
+    )
+    assert "Tool call success\nstdout: 45" in response
+    assert output.extra_fields["saar_tool_calls"] == 1
