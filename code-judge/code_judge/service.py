@@ -210,11 +210,11 @@ class JudgeService:
         run_id = await self._queue.server_run_id()
         if run_id != self._run_id:
             logger.warning("redis restarted (run_id %s -> %s): re-submitting %d jobs", self._run_id, run_id, len(self._pending))
-            self._run_id = run_id
             if self._pending:
                 # Re-submission bypasses the queue bound: these requests were already accepted.
                 await self._queue.enqueue([p.payload for p in self._pending.values()], 2**62)
                 self.metrics.resubmitted.inc(len(self._pending))
+            self._run_id = run_id  # only now: a failed re-submission is retried on the next round
         requeued, given_up = await self._queue.reap_dead_workers(self._policy)
         if requeued or given_up:
             logger.warning("dead workers' jobs: %d re-queued, %d given up", requeued, given_up)

@@ -1,0 +1,78 @@
+"""Never lose a request: dead workers, scale-out worker groups, a Redis restart under load, overload."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from conftest import wait_until, worker_pids
+
+
+def sleeper(i: int, seconds: float) -> dict:
+    return {"type": "python", "solution": f"import time\ntime.sleep({seconds})\nprint({i})", "expected_output": str(i)}
+
+
+def test_a_job_whose_worker_is_killed_is_rerun(launch):
+    service = launch("serve", MAX_WORKERS="1").wait_http().wait_workers(1)
+    (worker,) = worker_pids(service.process.pid)
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        answer = pool.submit(httpx.post, f"{service.url}/run", json=sleeper(7, 2.0), timeout=60)
+        time.sleep(1.0)  # the idle worker has leased it and is running it
+        os.kill(worker, signal.SIGKILL)
+        verdict = answer.result().json()
+    assert verdict["success"] is True and verdict["stdout"] == "7\n"
+    assert time.monotonic() - started > 3.0  # ran twice: 1 s before the kill, 2 s after
+    assert "1 re-queued" in service.log()
+    wait_until(lambda: service.status()["num_workers"] == 1, 30, "the replacement worker")
+    assert worker not in worker_pids(service.process.pid)
+
+
+def test_two_worker_groups_share_one_redis(launch, redis_process):
+    api = launch("api", "--redis-uri", redis_process.uri).wait_http()
+    group_a = launch("worker", "--redis-uri", redis_process.uri, "--workers", "1", http=False)
+    launch("worker", "--redis-uri", redis_process.uri, "--workers", "1", http=False)
+    api.wait_workers(2)
+    batch = {"type": "batch", "submissions": [sleeper(i, 0.2) for i in range(6)]}
+    results = httpx.post(f"{api.url}/judge/long-batch", json=batch, timeout=60).json()["results"]
+    assert [r["success"] for r in results] == [True] * 6
+    assert group_a.stop() == 0
+    # A clean stop deregisters at once (no wait for the heartbeat to go stale); the other group keeps serving.
+    assert api.status()["num_workers"] == 1
+    assert httpx.post(f"{api.url}/judge", json=sleeper(1, 0), timeout=60).json()["success"] is True
+
+
+def test_redis_restart_under_load_loses_nothing(launch, redis_process):
+    api = launch("api", "--redis-uri", redis_process.uri).wait_http()
+    launch("worker", "--redis-uri", redis_process.uri, "--workers", "2", http=False)
+    api.wait_workers(2)
+    with ThreadPoolExecutor(16) as pool:
+        answers = [
+            pool.submit(httpx.post, f"{api.url}/judge", json=sleeper(i, 0.3), timeout=60) for i in range(16)
+        ]
+        accepted = lambda: api.status()["pending"] + sum(a.done() for a in answers) >= 16  # noqa: E731
+        wait_until(accepted, 30, "all 16 requests to be queued")
+        redis_process.kill()  # everything queued in Redis is gone
+        started = time.monotonic()
+        refused = httpx.post(f"{api.url}/judge", json=sleeper(99, 0), headers={"X-Request-Timeout": "2"}, timeout=10)
+        assert refused.status_code == 503 and refused.headers["Retry-After"]
+        assert time.monotonic() - started < 3  # refused, not hung past its deadline
+        time.sleep(1.0)
+        redis_process.start()  # same port, empty
+        verdicts = [a.result().json() for a in answers]
+    assert [v for v in verdicts if v.get("success") is not True] == []
+
+
+def test_a_full_queue_answers_503_with_retry_after(launch):
+    service = launch("serve", MAX_WORKERS="1", MAX_QUEUE_LENGTH="3").wait_http().wait_workers(1)
+    batch = {"type": "batch", "submissions": [sleeper(i, 0) for i in range(5)]}
+    response = httpx.post(f"{service.url}/run/long-batch", json=batch, timeout=30)
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert "MAX_QUEUE_LENGTH=3" in response.json()["detail"]
+    batch["submissions"] = batch["submissions"][:3]
+    assert httpx.post(f"{service.url}/run/long-batch", json=batch, timeout=30).status_code == 200
