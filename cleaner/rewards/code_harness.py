@@ -73,8 +73,9 @@ def call_program(solution: str, fn_name: str, args: list[Any], expected: Any, to
         + f"_cleaner_got = _cleaner_plain(_cleaner_fn(*_json.loads({json.dumps(args)!r})))\n"
         + f"_cleaner_want = _json.loads({json.dumps(expected)!r})\n"
         + "_sys.stdout = _cleaner_stdout\n"
+        + "_cleaner_unwrapped = _cleaner_want[0] if isinstance(_cleaner_want, list) and len(_cleaner_want) == 1 else None\n"
         + "if _cleaner_same(_cleaner_got, _cleaner_want) or (\n"
-        + "    isinstance(_cleaner_want, list) and len(_cleaner_want) == 1 and _cleaner_same(_cleaner_got, _cleaner_want[0])\n"
+        + "    _cleaner_unwrapped is not None and _cleaner_same(_cleaner_got, _cleaner_unwrapped)\n"
         + "):\n"
         + f"    print({token!r})\n"
     )

@@ -63,7 +63,8 @@ def submission_for(test: CodeTest, solution: str, token: str) -> JudgeSubmission
     if isinstance(test, StdioTest):
         return JudgeSubmission(code=solution, stdin=test.stdin, expected_output=test.expected_stdout)
     if isinstance(test, CallTest):
-        return JudgeSubmission(code=call_program(solution, test.fn_name, test.args, test.expected, token), expected_output=token)
+        program = call_program(solution, test.fn_name, test.args, test.expected, token)
+        return JudgeSubmission(code=program, expected_output=token)
     return JudgeSubmission(
         code=assertion_program(solution, test.import_prefix, test.test_code, test.entry_point, token),
         expected_output=token,

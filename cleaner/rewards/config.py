@@ -67,5 +67,6 @@ class RewardConfig:
         for name, value in options.items():
             accepted = _OPTION_TYPES[name]
             if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
-                raise ValueError(f"reward option {name} must be {' or '.join(t.__name__ for t in accepted)}, got {value!r}")
+                kinds = " or ".join(t.__name__ for t in accepted)
+                raise ValueError(f"reward option {name} must be {kinds}, got {value!r}")
         return cls(**options)

@@ -45,7 +45,8 @@ def reward_kind(data_source: str, extra_sources: dict[str, str] | None = None) -
             return RewardKind(extra_sources[data_source])
         except ValueError:
             kinds = [kind.value for kind in RewardKind]
-            raise ValueError(f"data_sources maps {data_source!r} to {extra_sources[data_source]!r}; use one of {kinds}") from None
+            mapped = extra_sources[data_source]
+            raise ValueError(f"data_sources maps {data_source!r} to {mapped!r}; use one of {kinds}") from None
     for pattern, kind in DATA_SOURCE_PATTERNS:
         if fnmatch.fnmatch(data_source.lower(), pattern):
             return kind

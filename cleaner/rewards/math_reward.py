@@ -21,7 +21,8 @@ _VERDICT_REASONS = {
 def math_ground_truth(ground_truth: Any) -> str:
     """The gold answer as text; a gold stored as `\\boxed{...}` is unboxed."""
     if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, numbers.Real)):
-        raise ValueError(f"a math ground truth must be a string or a number, got {type(ground_truth).__name__}: {ground_truth!r}")
+        kind = type(ground_truth).__name__
+        raise ValueError(f"a math ground truth must be a string or a number, got {kind}: {ground_truth!r}")
     gold = str(ground_truth).strip()
     boxed = last_boxed(gold)
     gold = boxed if boxed is not None else gold
@@ -40,11 +41,15 @@ async def score_math(solution_str: str, ground_truth: Any, config: RewardConfig)
     if not pred:
         return RewardResult.incorrect("", Reason.NO_ANSWER)
     if config.math_equivalence == "strict":
-        return RewardResult.correct(pred) if strictly_equal(pred, gold) else RewardResult.incorrect(pred, Reason.WRONG_ANSWER)
+        return _strict_result(pred, gold)
     verdict = await shared_math_verify_pool(config.math_workers, config.math_timeout_s).check(gold, pred)
     if verdict is MathVerdict.EQUIVALENT:
         return RewardResult.correct(pred)
     if verdict is MathVerdict.GOLD_UNPARSABLE:
-        # Text answers (some MegaScience rows) are not mathematics: only an exact match can be right.
-        return RewardResult.correct(pred) if strictly_equal(pred, gold) else RewardResult.incorrect(pred, Reason.WRONG_ANSWER)
+        # math-verify reads nothing from this gold (e.g. an empty `\\text{}`): only the exact text can match it.
+        return _strict_result(pred, gold)
     return RewardResult.incorrect(pred, _VERDICT_REASONS[verdict])
+
+
+def _strict_result(pred: str, gold: str) -> RewardResult:
+    return RewardResult.correct(pred) if strictly_equal(pred, gold) else RewardResult.incorrect(pred, Reason.WRONG_ANSWER)

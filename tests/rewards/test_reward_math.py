@@ -79,8 +79,9 @@ async def test_strict_mode_is_the_reference_exact_string_match():
     assert result["score"] == -1.0 and result["reason"] == "wrong_answer"
 
 
-async def test_text_ground_truth_that_math_verify_cannot_read_needs_an_exact_match():
-    assert (await compute_score("mega-science", answer("\\boxed{10\\%}"), "10\\%"))["acc"]
+async def test_a_ground_truth_math_verify_cannot_read_needs_an_exact_match():
+    assert (await compute_score("mega-science", answer("\\boxed{\\text{}}"), "\\text{}"))["acc"]
+    assert (await compute_score("mega-science", answer("\\boxed{5}"), "\\text{}"))["reason"] == "wrong_answer"
 
 
 @pytest.mark.parametrize(
