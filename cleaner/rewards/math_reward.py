@@ -46,7 +46,7 @@ async def score_math(solution_str: str, ground_truth: Any, config: RewardConfig)
     if verdict is MathVerdict.EQUIVALENT:
         return RewardResult.correct(pred)
     if verdict is MathVerdict.GOLD_UNPARSABLE:
-        # math-verify reads nothing from this gold (e.g. an empty `\\text{}`): only the exact text can match it.
+        # math-verify reads nothing from this gold (e.g. an empty `\text{}`): only the exact text can match it.
         return _strict_result(pred, gold)
     return RewardResult.incorrect(pred, _VERDICT_REASONS[verdict])
 
