@@ -1,8 +1,8 @@
 """Turn a model's code cell into the program the judge runs, keeping the model's own line numbers.
 
 Two notebook behaviours are added without moving any user line:
-- the value of a final bare expression is printed (its `repr`, unless it is None), by rewriting that expression
-  in place and appending one line after the user's code;
+- the value of a final bare expression is printed (its `repr`, unless it is None or the line ends in `;`), by
+  rewriting that expression in place and appending one line after the user's code;
 - in stateful mode, earlier successful cells are replayed with their output discarded by ONE extra first line,
   so an error line reported by the judge is shifted by exactly `CellProgram.line_offset`.
 """
@@ -44,6 +44,8 @@ def echo_last_expression(code: str) -> str:
         return code
     node = module.body[-1]  # the statement, not its value: its span includes enclosing parentheses
     lines = code.splitlines(keepends=True)
+    if lines[node.end_lineno - 1].encode()[node.end_col_offset :].lstrip().startswith(b";"):
+        return code  # a trailing `;` silences the value, as in a notebook
     # ast offsets are UTF-8 byte columns; edit the end first so the start column stays valid.
     end = lines[node.end_lineno - 1].encode()
     lines[node.end_lineno - 1] = (end[: node.end_col_offset] + b")" + end[node.end_col_offset :]).decode()

@@ -33,6 +33,7 @@ def run(source: str) -> tuple[str, int | None]:
         ("a = [1]; a  # trailing comment", "[1]\n"),
         ("é = 'ü'\n(é +\n é)", "'üü'\n"),
         ("x = 1", ""),
+        ("x = 1\nx;", ""),  # a trailing semicolon silences the value
         ("for i in range(2):\n    i", ""),  # only a top-level final expression is shown
     ],
 )
