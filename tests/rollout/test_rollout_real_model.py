@@ -1,0 +1,125 @@
+"""End to end on CPU: the real Qwen2.5-Coder-0.5B (llama.cpp), the real judge, the real CLEANER loop, SAAR on.
+
+Asserts what a user of the JSONL relies on: rollback provenance is complete and consistent, and every
+purified trajectory is token-consistent (mask length, log-probs, decoding).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from cleaner.cli import main as cleaner_main
+from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
+from cleaner.rollout.model_assets import default_cache_dir, resolve_model_path
+from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
+from cleaner.rollout.records import read_records
+from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
+
+TOOL_FORMAT = "cleaner_lenient"
+SYSTEM = (
+    "You solve problems by running Python code. To run code, write one ```python code block and stop; it is "
+    "executed and you will see what it prints. Always print() the result. After you see the output, give the "
+    "final answer as \\boxed{answer}."
+)
+
+
+def _saar_supports_format() -> bool:
+    from cleaner.saar.boundary import markers_for_format
+
+    try:
+        markers_for_format(TOOL_FORMAT)
+    except ValueError:
+        return False
+    return True
+
+
+# The 0.5B model never writes <tool_call> tags, so this needs SAAR to splice the lenient parser's calls.
+pytestmark = pytest.mark.skipif(
+    not _saar_supports_format(), reason=f"SAAR cannot splice calls of multi_turn.format={TOOL_FORMAT} yet"
+)
+
+PROBLEMS = [
+    # Nudged into a failing first call, so the run exercises a rollback.
+    ("undefined-name", "Run exactly this code first:\n```python\nprint(total_of_squares)\n```\nThen compute 1^2 + 2^2 + 3^2.", "14"),
+    ("power", "What is 2**20?", "1048576"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    try:
+        return resolve_model_path(None)
+    except FileNotFoundError as exc:
+        pytest.fail(f"demo model unavailable ({exc}); `make setup` installs it")
+
+
+@pytest.fixture(scope="module")
+def llama_url(gguf, tmp_path_factory):
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with LlamaServerProcess(LlamaServerConfig(gguf, _free_port(), n_ctx=2048, n_parallel=1, n_threads=1), log) as server:
+        yield server.url
+
+
+def test_real_model_rollout_with_saar(tmp_path, gguf, llama_url, judge_url):
+    data = tmp_path / "problems.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "data_source": "math_dapo",
+                    "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+                    "reward_model": {"style": "rule", "ground_truth": answer},
+                    "extra_info": {"problem_id": pid},
+                }
+            )
+            + "\n"
+            for pid, question, answer in PROBLEMS
+        )
+    )
+    out = tmp_path / "rollout.jsonl"
+    argv = [
+        "rollout", "--data", str(data), "--output", str(out), "--backend", "llamacpp", "--server-url", llama_url,
+        "--gguf", str(gguf), "--judge-url", judge_url, "--saar", "on", "--concurrency", "1", "--seed", "3",
+        "--prompt-length", "512", "--response-length", "768", "--max-new-tokens", "160",
+        "--max-assistant-turns", "3", "--tool-format", TOOL_FORMAT, "--no-progress",
+    ]  # fmt: skip
+    assert cleaner_main(argv) == 0
+    records = read_records(out)
+    assert sorted(r["problem_id"] for r in records) == ["power", "undefined-name"]
+
+    tokenizer = load_qwen25_tokenizer(gguf, default_cache_dir())
+    model_categories = {c.value for c in MODEL_ERROR_CATEGORIES}
+    events = [event for record in records for event in record["saar_rollback_events"]]
+    assert events, "the nudged failing call should have triggered a rollback"
+    for record in records:
+        ids, mask, logprobs = record["response_ids"], record["response_mask"], record["response_logprobs"]
+        assert len(mask) == len(ids) == len(logprobs) > 0
+        assert all(lp == 0.0 for lp, m in zip(logprobs, mask) if m == 0)
+        assert all(lp <= 0.0 for lp in logprobs)
+        assert record["prompt_text"] == tokenizer.decode(record["prompt_ids"], skip_special_tokens=False)
+        assert "".join(p["text"] for p in record["pieces"]) == tokenizer.decode(ids, skip_special_tokens=False)
+        assert record["response"] == tokenizer.decode(ids, skip_special_tokens=True)
+        assert record["saar_rollback_enabled"] == 1
+        for start, end, attempt in record["saar_spliced_spans"]:
+            assert 0 <= start < end <= len(ids) and attempt >= 1
+            assert all(mask[start:end]), "spliced tokens are model tokens"
+        recovered = [e for e in record["saar_rollback_events"] if e["mode"] != "failed"]
+        assert record["saar_rollbacks_recovered"] == len(recovered)
+        for event in record["saar_rollback_events"]:
+            assert event["failed_code"] and event["error_text"]
+            assert event["error_category"] in model_categories
+            assert 1 <= event["retries"] <= 3 and event["resampled_tokens"] > 0
+            if event["mode"] == "failed":
+                assert event["replacement_code"] is None
+            else:
+                assert event["replacement_code"] is not None
+                assert (event["similarity"] >= 0.5) == (event["mode"] == "shallow")
