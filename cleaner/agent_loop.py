@@ -131,10 +131,11 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     # a prompt as identical rows, so the k-th occurrence is what makes each sample's gate draw distinct.
     _occurrences: ClassVar[Counter] = Counter()
     _finders: ClassVar[dict[tuple[int, CallMarkers], BoundaryFinder]] = {}
+    _configs: ClassVar[dict[int, tuple[Any, SaarConfig]]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.saar_config = SaarConfig.from_multi_turn(self.rollout_config.multi_turn)
+        self.saar_config = self._saar_config(self.rollout_config.multi_turn)
         markers = MARKERS_BY_FORMAT.get(self.tool_parser_name)
         if self.saar_config.enable_tool_rollback:
             markers = markers_for_format(self.tool_parser_name)
@@ -144,6 +145,15 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         self.stats = TrajectoryStats()
         self.policy = RollbackPolicy(self.saar_config, active=False, stats=self.stats)
         self._last_turn: TurnRecord | None = None
+
+    @classmethod
+    def _saar_config(cls, multi_turn: Any) -> SaarConfig:
+        # One loop is built per trajectory from the worker's same config node; reading OmegaConf costs
+        # ~0.2 ms, so parse once per node (the node is kept in the cache, so its id cannot be reused).
+        cached = cls._configs.get(id(multi_turn))
+        if cached is None or cached[0] is not multi_turn:
+            cached = cls._configs[id(multi_turn)] = (multi_turn, SaarConfig.from_multi_turn(multi_turn))
+        return cached[1]
 
     def _boundary_finder(self, markers: CallMarkers) -> BoundaryFinder:
         # One finder per worker and tokenizer: its decoded-piece cache then stays warm across trajectories.

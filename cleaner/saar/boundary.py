@@ -83,15 +83,12 @@ class BoundaryFinder:
                 return found
         return self._find_in_text(turn_ids)
 
-    def _piece(self, token_id: int) -> str:
-        piece = self._pieces.get(token_id)
-        if piece is None:
-            piece = self.tokenizer.decode([token_id])
-            self._pieces[token_id] = piece
-        return piece
-
     def _find_in_text(self, turn_ids: Sequence[int]) -> int | None:
-        pieces = [self._piece(token_id) for token_id in turn_ids]
+        pieces = list(map(self._pieces.get, turn_ids))
+        if None in pieces:
+            for index, token_id in enumerate(turn_ids):
+                if pieces[index] is None:
+                    pieces[index] = self._pieces.setdefault(token_id, self.tokenizer.decode([token_id]))
         text = "".join(pieces)
         markers = self.markers
         region = 0
@@ -107,7 +104,7 @@ class BoundaryFinder:
                 return None
             start = text.rfind(markers.start, start, end)
         # ends[i] is the character offset where token i ends; the boundary token is the one holding `start`.
-        ends = list(accumulate(len(piece) for piece in pieces))
+        ends = list(accumulate(map(len, pieces)))
         return bisect_right(ends, start)
 
 
