@@ -18,6 +18,7 @@ from .launcher import launch_spec
 logger = logging.getLogger(__name__)
 MAX_REPLY_BYTES = 65536
 STDERR_TAIL_BYTES = 4000
+CLOSE_TIMEOUT_S = 5.0
 
 
 class ZygoteProcess:
@@ -70,6 +71,15 @@ class ZygoteProcess:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def close(self) -> None:
+        """Ask the zygote to exit (it leaves when its control socket closes), then make sure it did."""
+        self.sock.close()
+        try:
+            self.process.wait(timeout=CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            logger.warning("sandbox zygote %d ignored close; killing it", self.process.pid)
+        self.kill()
 
     def kill(self) -> str:
         """Kill the whole sandbox (its pid namespace dies with it) and describe how the zygote ended."""

@@ -45,7 +45,7 @@ class Sandbox:
 
     def close(self) -> None:
         if self._zygote is not None:
-            self._zygote.kill()
+            self._zygote.close()
             self._zygote = None
 
     def __enter__(self) -> Sandbox:

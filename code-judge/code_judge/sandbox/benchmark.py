@@ -1,0 +1,96 @@
+"""Latency and CPU cost of one tiny program in each sandbox mode: `python -m code_judge.sandbox.benchmark`.
+
+CPU is counted for the whole process tree (supervisor, bwrap, zygote, every forked program): each measurement
+runs in a forked child whose rusage, collected by wait4, includes all the descendants it reaped. Start-up cost
+is measured separately (a sandbox that runs nothing) and subtracted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+
+from tqdm import tqdm
+
+from ..execution import Limits
+from .config import SandboxConfig
+from .sandbox import Sandbox
+
+FRESH = "fresh-python"
+PROGRAMS = {
+    "print": "print('hello world')",
+    "numpy+sympy": "import numpy as np, sympy as sp\nprint(np.arange(10).sum(), sp.factorint(360))",
+    "exception": "x = 1\nprint(y)",
+}
+
+
+def run_in_sandbox(mode: str, source: str, runs: int, progress: bool) -> list[float]:
+    latencies = []
+    with Sandbox(SandboxConfig(mode=mode)) as sandbox:
+        for _ in tqdm(range(runs), desc=mode, leave=False, disable=None if progress else True):
+            started = time.perf_counter()
+            sandbox.run(source, "", Limits())
+            latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+def run_fresh_interpreter(source: str, runs: int, progress: bool) -> list[float]:
+    """The cost to beat: a new, unsandboxed interpreter per program, importing what it uses."""
+    latencies = []
+    python = SandboxConfig().python
+    for _ in tqdm(range(runs), desc=FRESH, leave=False, disable=None if progress else True):
+        started = time.perf_counter()
+        subprocess.run([python, "-I", "-c", source], capture_output=True, check=False)
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+def measure(mode: str, source: str, runs: int, progress: bool) -> tuple[list[float], float]:
+    """Run `source` `runs` times; return per-run latencies and the CPU seconds of the whole process tree."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        if mode == FRESH:
+            latencies = run_fresh_interpreter(source, runs, progress)
+        else:
+            latencies = run_in_sandbox(mode, source, runs, progress)
+        with os.fdopen(write_end, "w") as out:
+            json.dump(latencies, out)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        latencies = json.load(pipe)
+    _, status, usage = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"benchmark child failed with status {status}")
+    return latencies, usage.ru_utime + usage.ru_stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--modes", nargs="+", default=["bwrap", "insecure", FRESH])
+    args = parser.parse_args()
+    print("| mode | program | runs | p50 ms | p95 ms | CPU ms/run | start-up CPU ms |")
+    print("|---|---|---|---|---|---|---|")
+    for mode in args.modes:
+        _, startup_cpu = measure(mode, "", 0, progress=False) if mode != FRESH else ([], 0.0)
+        for name, source in PROGRAMS.items():
+            latencies, cpu = measure(mode, source, args.runs, progress=True)
+            latencies.sort()
+            p95 = latencies[int(0.95 * (len(latencies) - 1))]
+            per_run = (cpu - startup_cpu) / args.runs
+            print(
+                f"| {mode} | {name} | {args.runs} | {statistics.median(latencies) * 1e3:.2f} | {p95 * 1e3:.2f} "
+                f"| {per_run * 1e3:.2f} | {startup_cpu * 1e3:.0f} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
