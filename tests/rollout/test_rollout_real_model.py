@@ -36,10 +36,6 @@ def _saar_supports_format() -> bool:
     return True
 
 
-# The 0.5B model never writes <tool_call> tags, so this needs SAAR to splice the lenient parser's calls.
-pytestmark = pytest.mark.skipif(
-    not _saar_supports_format(), reason=f"SAAR cannot splice calls of multi_turn.format={TOOL_FORMAT} yet"
-)
 
 PROBLEMS = [
     # Nudged into a failing first call, so the run exercises a rollback.
@@ -69,6 +65,31 @@ def llama_url(gguf, tmp_path_factory):
         yield server.url
 
 
+def test_derived_tokenizer_matches_the_llama_cpp_server(gguf, llama_url):
+    import httpx
+
+    from cleaner.tools.code_interpreter import default_tool_schema
+
+    tokenizer = load_qwen25_tokenizer(gguf, default_cache_dir())
+    tools = [default_tool_schema().model_dump(exclude_unset=True, exclude_none=True)]
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Ünïcode ✓ <tool_response> <think>\t tabs   and 12345678"},
+        {"role": "assistant", "content": "```python\nprint(2**20)\n```"},
+        {"role": "tool", "content": "1048576\n"},
+        {"role": "user", "content": "ok"},
+    ]
+    ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False)
+    prompt = httpx.post(f"{llama_url}/apply-template", json={"messages": messages, "tools": tools}, timeout=60).json()["prompt"]
+    server_ids = httpx.post(
+        f"{llama_url}/tokenize", json={"content": prompt, "add_special": False, "parse_special": True}, timeout=60
+    ).json()["tokens"]
+    assert tokenizer.decode(ids) == prompt
+    assert ids == server_ids
+
+
+# The 0.5B model never writes <tool_call> tags, so this needs SAAR to splice the lenient parser's calls.
+@pytest.mark.skipif(not _saar_supports_format(), reason=f"SAAR cannot splice calls of multi_turn.format={TOOL_FORMAT} yet")
 def test_real_model_rollout_with_saar(tmp_path, gguf, llama_url, judge_url):
     data = tmp_path / "problems.jsonl"
     data.write_text(
