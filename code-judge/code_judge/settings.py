@@ -26,8 +26,8 @@ class JudgeSettings:
     max_processes: int = 64
     max_file_size_mb: int = 16
     max_stdout_error_length: int = 1000  # characters of stdout/stderr returned to the client
-    # A run spends most of its wall time waiting (fork, pipes, sleeping programs), so 4 per core keep cores busy.
-    max_workers: int = field(default_factory=lambda: 4 * (os.cpu_count() or 1))
+    # A run spends over half its wall time waiting (fork, pipes, sleeping programs): 2 per core keep cores busy.
+    max_workers: int = field(default_factory=lambda: 2 * (os.cpu_count() or 1))
     # How long a request may wait when the client sends no deadline. Upstream expired queued items after 4 s and
     # answered `queue_timeout`; here nothing expires silently, the queue is bounded instead.
     max_queue_wait_time: float = 3600.0

@@ -76,3 +76,20 @@ def test_a_full_queue_answers_503_with_retry_after(launch):
     assert "MAX_QUEUE_LENGTH=3" in response.json()["detail"]
     batch["submissions"] = batch["submissions"][:3]
     assert httpx.post(f"{service.url}/run/long-batch", json=batch, timeout=30).status_code == 200
+
+
+def test_serve_restarts_its_embedded_redis(launch):
+    service = launch("serve", MAX_WORKERS="1").wait_http().wait_workers(1)
+    (redis_pid,) = [
+        int(c)
+        for c in open(f"/proc/{service.process.pid}/task/{service.process.pid}/children").read().split()
+        if open(f"/proc/{c}/comm").read().strip() == "redis-server"
+    ]
+    os.kill(redis_pid, signal.SIGKILL)
+
+    def served() -> bool:
+        response = httpx.post(f"{service.url}/judge", json=sleeper(5, 0), timeout=30)
+        return response.status_code == 200 and response.json()["success"] is True
+
+    wait_until(served, 30, "a verdict after the embedded redis-server was killed", 0.5)
+    assert "restarting it" in service.log()
