@@ -7,12 +7,13 @@ import signal
 import socket
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import code_judge
-from code_judge.execution import Limits
+from code_judge.execution import LimitHit, Limits
 from code_judge.sandbox import Sandbox, SandboxConfig, SandboxCrashed
 
 LIMITS = Limits(wall_time_s=5, cpu_time_s=5)
@@ -177,8 +178,28 @@ def test_zygote_killed_from_outside_mid_run_is_reported_and_replaced():
         assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
 
 
+def test_frozen_zygote_is_abandoned_at_the_wall_limit_and_replaced():
+    before = set(own_children())
+    with Sandbox(SandboxConfig()) as box:
+        (bwrap_pid,) = set(own_children()) - before
+        (zygote_pid,) = children_of(bwrap_pid)
+        freezer = threading.Timer(0.2, os.kill, (zygote_pid, signal.SIGSTOP))
+        freezer.start()
+        started = time.monotonic()
+        result = box.run("import time; time.sleep(3)", "", Limits(wall_time_s=1.0))
+        elapsed = time.monotonic() - started
+        freezer.join()
+        assert result.limit_hit is LimitHit.WALL_TIME
+        assert 1.0 <= elapsed < 1.0 + box.config.backstop_s + 0.3
+        assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
+
+
 def own_children() -> list[int]:
+    return children_of(os.getpid())
+
+
+def children_of(pid: int) -> list[int]:
     children = []
-    for task in os.listdir("/proc/self/task"):
-        children += [int(pid) for pid in Path(f"/proc/self/task/{task}/children").read_text().split()]
+    for task in os.listdir(f"/proc/{pid}/task"):
+        children += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
     return children

@@ -139,3 +139,8 @@ def test_file_size_limit(sandbox):
     assert result.exception_type == "OSError"
     assert f"[Errno {errno.EFBIG}]" in result.exception_message
     assert result.limit_hit is LimitHit.FILE_SIZE
+
+
+def test_nonsensical_limits_are_rejected_by_name(sandbox):
+    with pytest.raises(ValueError, match="Limits.wall_time_s must be positive"):
+        sandbox.run("print(1)", "", Limits(wall_time_s=0))

@@ -62,7 +62,8 @@ class ZygoteProcess:
         self.sock.settimeout(max(0.0, deadline - time.monotonic()))
         try:
             message = self.sock.recv(MAX_REPLY_BYTES)
-        except (TimeoutError, ConnectionError):
+        except (TimeoutError, BlockingIOError, ConnectionError):
+            # BlockingIOError: the deadline had already passed, so the socket was polled without waiting.
             return None
         return json.loads(message) if message else None
 

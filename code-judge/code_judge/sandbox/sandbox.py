@@ -27,6 +27,7 @@ class Sandbox:
 
     def run(self, source: str, stdin: str, limits: Limits) -> ExecutionResult:
         """Run one program. Any program gives a result; only the sandbox's own failures raise SandboxError."""
+        check_limits(limits)
         zygote = self._live_zygote()
         collector = OutputCollector(*self._start(zygote, source, stdin, limits), cap=limits.max_output_bytes)
         try:
@@ -116,6 +117,12 @@ class Sandbox:
     def _discard(self, zygote: ZygoteProcess) -> str:
         self._zygote = None
         return zygote.kill()
+
+
+def check_limits(limits: Limits) -> None:
+    for name, value in vars(limits).items():
+        if not value > 0:
+            raise ValueError(f"Limits.{name} must be positive, got {value!r}")
 
 
 def read_only_memfd(name: str, data: bytes) -> int:
