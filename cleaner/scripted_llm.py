@@ -58,6 +58,8 @@ class ScriptedLLMServer:
     requests: list[RecordedRequest] = field(default_factory=list)
     # Simulated server latency, to exercise concurrency in tests and benchmarks.
     delay_s: float = 0.0
+    # False: answer like a server run with `calculate_log_probs=False` (no log-probs at all).
+    with_log_probs: bool = True
 
     def __post_init__(self) -> None:
         self._compiled: dict[str, list[list[int]]] = {}
@@ -132,7 +134,7 @@ class ScriptedLLMServer:
         )
         return TokenOutput(
             token_ids=token_ids,
-            log_probs=log_probs,
+            log_probs=log_probs if self.with_log_probs else None,
             stop_reason=self._stop_reasons[cursor.marker][turn_index],
             num_preempted=0,
         )

@@ -126,6 +126,20 @@ async def test_shallow_rollback_keeps_the_reasoning_and_replaces_only_the_call(q
     assert run.tool.calls == [FAILED, SIMILAR_FIX]
 
 
+async def test_rollback_without_log_probs(qwen3_tokenizer):
+    """The paper's recipe runs with calculate_log_probs=False: the server returns no log-probs."""
+    config = agent_loop_config(enable_tool_rollback=True)
+    server = ScriptedLLMServer(qwen3_tokenizer, {MARKER: [FIRST, turn("Fixing.", SIMILAR_FIX), ANSWER]}, with_log_probs=False)
+    loop = build_agent_loop(CleanerToolAgentLoop, config, server, qwen3_tokenizer, [scripted_python_tool()])
+    output = await loop.run(training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0)
+    assert output.response_logprobs is None and len(output.response_mask) == len(output.response_ids)
+    assert output.extra_fields["saar_rollbacks_shallow"] == 1
+    purified = turn("I will sum with Python.", SIMILAR_FIX, "Let me run it.\n")
+    conversation = PROMPT + [assistant(purified), tool(tool_text(SIMILAR_FIX)), assistant(ANSWER)]
+    expected = render_conversation(qwen3_tokenizer, loop.tool_schemas, conversation)
+    assert qwen3_tokenizer.decode(output.prompt_ids + output.response_ids) == expected
+
+
 async def test_deep_rollback_replaces_the_whole_turn(qwen3_tokenizer):
     retry = turn("A plain loop is simpler.", OTHER_FIX)
     run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER])
@@ -334,10 +348,12 @@ async def test_unsupported_parser_format_with_rollback_fails_loudly(qwen3_tokeni
         await run_loop(qwen3_tokenizer, [ANSWER], format="gpt-oss")
 
 
-async def test_rollback_off_matches_the_stock_tool_agent_token_for_token(qwen3_tokenizer):
+@pytest.mark.parametrize(("limit", "side"), [(256, "middle"), (24, "middle"), (24, "left"), (24, "right")])
+async def test_rollback_off_matches_the_stock_tool_agent_token_for_token(qwen3_tokenizer, limit, side):
     script = [FIRST, turn("Fixing.", OTHER_FIX), ANSWER]
-    ours = await run_loop(qwen3_tokenizer, script, enable_tool_rollback=False)
-    stock = await run_loop(qwen3_tokenizer, script, loop_cls=ToolAgentLoop, enable_tool_rollback=False)
+    settings = {"enable_tool_rollback": False, "max_tool_response_length": limit, "tool_response_truncate_side": side}
+    ours = await run_loop(qwen3_tokenizer, script, **settings)
+    stock = await run_loop(qwen3_tokenizer, script, loop_cls=ToolAgentLoop, **settings)
     for name in ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "num_turns"):
         assert getattr(ours.output, name) == getattr(stock.output, name), name
     f = ours.fields
