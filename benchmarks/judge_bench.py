@@ -56,7 +56,9 @@ def workload() -> list[Program]:
         programs.append(Program("cpu", source, f"{n * (n - 1) // 2}\n"))
     programs += [Program("infinite", f"i = {i}\nwhile True:\n    i += 1", None) for i in range(50)]
     programs += [Program("exception", f"x = {i}\nraise ValueError('bad value', x)", None) for i in range(50)]
-    programs += [Program("alloc_4g", f"block = bytearray(4 * 1024 ** 3)  # {i}\nprint(len(block))", None) for i in range(20)]
+    programs += [
+        Program("alloc_4g", f"block = bytearray(4 * 1024 ** 3)  # {i}\nprint(len(block))", None) for i in range(20)
+    ]
     return programs
 
 
@@ -68,7 +70,9 @@ def is_correct(outcome: Outcome, time_limit: float, tolerance: float) -> bool:
     if kind in ("tiny", "cpu"):
         return v["success"] is True and v["reason"] == ""
     if kind == "infinite":
-        return v["run_success"] is False and v["reason"] == "worker_timeout" and abs(v["cost"] - time_limit) <= tolerance
+        return (
+            v["run_success"] is False and v["reason"] == "worker_timeout" and abs(v["cost"] - time_limit) <= tolerance
+        )
     if kind == "exception":
         return v["run_success"] is False and v["reason"] == "" and v.get("exception_type", "ValueError") == "ValueError"
     return v["run_success"] is False and v["reason"] == ""  # alloc_4g: MemoryError or a memory-limit kill
@@ -117,7 +121,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def print_table(reports: list[PhaseReport], time_limit: float, tolerance: float) -> None:
-    header = f"| {'phase':<10} | {'n':>4} | {'req/s':>7} | {'p50 ms':>8} | {'p95 ms':>8} | {'p99 ms':>8} | {'correct':>9} |"
+    header = (
+        f"| {'phase':<10} | {'n':>4} | {'req/s':>7} | {'p50 ms':>8} | {'p95 ms':>8} | {'p99 ms':>8} | {'correct':>9} |"
+    )
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
     for report in reports:
@@ -134,10 +140,13 @@ def print_details(reports: list[PhaseReport], time_limit: float, tolerance: floa
     timeouts = [o for r in reports for o in r.outcomes if o.program.kind == "infinite" and o.verdict]
     if timeouts:
         deviations = [abs(o.verdict["cost"] - time_limit) for o in timeouts]
-        print(f"\ninfinite loops: |cost - {time_limit:g} s| max {max(deviations):.3f} s, median {statistics.median(deviations):.3f} s")
+        worst, median = max(deviations), statistics.median(deviations)
+        print(f"\ninfinite loops: |cost - {time_limit:g} s| max {worst:.3f} s, median {median:.3f} s")
     wrong = [(r.name, o) for r in reports for o in r.outcomes if not is_correct(o, time_limit, tolerance)]
     for phase, o in wrong[:10]:
-        shown = o.error or {k: o.verdict.get(k) for k in ("success", "run_success", "reason", "cost", "exception_type", "limit")}
+        shown = o.error or {
+            k: o.verdict.get(k) for k in ("success", "run_success", "reason", "cost", "exception_type", "limit")
+        }
         print(f"wrong ({phase}/{o.program.kind}): {shown}")
     if len(wrong) > 10:
         print(f"... and {len(wrong) - 10} more wrong verdicts")

@@ -53,7 +53,9 @@ def _settings(args: argparse.Namespace) -> JudgeSettings:
     return settings
 
 
-def _start_workers(settings: JudgeSettings, insecure: bool, tick: Callable[[], object] | None) -> tuple[WorkerGroup, threading.Thread]:
+def _start_workers(
+    settings: JudgeSettings, insecure: bool, tick: Callable[[], object] | None
+) -> tuple[WorkerGroup, threading.Thread]:
     factory, mode = sandbox_factory(settings, insecure)
     group = WorkerGroup(settings, settings.max_workers, factory, mode)
     group.start()
@@ -68,7 +70,12 @@ def _serve_http(settings: JudgeSettings, host: str, port: int) -> None:
 
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(settings), host=host, port=port, loop="uvloop", http="httptools", log_level="warning",
+            create_app(settings),
+            host=host,
+            port=port,
+            loop="uvloop",
+            http="httptools",
+            log_level="warning",
             access_log=False,
         )
     )

@@ -18,7 +18,11 @@ class ApiMetrics:
         self.requests = Counter("code_judge_requests", "HTTP requests by endpoint", ["endpoint"], registry=r)
         self.submissions = Counter("code_judge_submissions", "programs submitted by endpoint", ["endpoint"], registry=r)
         self.latency = Histogram(
-            "code_judge_request_seconds", "request latency by endpoint", ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r
+            "code_judge_request_seconds",
+            "request latency by endpoint",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.service_verdicts = Counter(
             "code_judge_service_verdicts",
@@ -27,7 +31,9 @@ class ApiMetrics:
             registry=r,
         )
         self.rejections = Counter("code_judge_rejections", "requests refused with 503, by cause", ["cause"], registry=r)
-        self.resubmitted = Counter("code_judge_resubmitted_jobs", "jobs re-queued after Redis lost its data", registry=r)
+        self.resubmitted = Counter(
+            "code_judge_resubmitted_jobs", "jobs re-queued after Redis lost its data", registry=r
+        )
         self.reaped = Counter("code_judge_reaped_jobs", "jobs of dead workers, by outcome", ["outcome"], registry=r)
         self.pending = Gauge("code_judge_pending_jobs", "jobs this API process is waiting for", registry=r)
         self.queue_length = Gauge("code_judge_queue_length", "jobs waiting in the Redis queue", registry=r)

@@ -50,8 +50,9 @@ local t = redis.call('TIME')
 return redis.call('ZRANGEBYSCORE', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000) - tonumber(ARGV[1]), '+inf')
 """
 
-# KEYS: workers, queue. ARGV: heartbeat timeout (ms), max attempts, processing key prefix, reply expiry (s),
-# worker id ('' = every worker whose heartbeat is older than the timeout). Returns {requeued, given up}.
+# KEYS: workers, queue. ARGV: heartbeat timeout (ms), max attempts, key base, reply expiry (s), worker id ('' =
+# every worker whose heartbeat is older than the timeout). Returns {requeued, given up}. The job is put back
+# byte for byte (re-encoding with cjson would round big integers); its re-runs are counted under its own key.
 _REAP = """
 local dead
 if ARGV[5] ~= '' then
@@ -62,18 +63,20 @@ else
 end
 local requeued, given_up = 0, 0
 for _, worker in ipairs(dead) do
-  local lease = ARGV[3] .. worker
+  local lease = ARGV[3] .. ':processing:' .. worker
   while true do
     local raw = redis.call('RPOP', lease)
     if not raw then break end
     local job = cjson.decode(raw)
-    job.attempts = (job.attempts or 1) + 1
-    if job.attempts > tonumber(ARGV[2]) then
+    local reruns_key = ARGV[3] .. ':reruns:' .. job.id
+    local attempts = 1 + redis.call('INCR', reruns_key)
+    redis.call('EXPIRE', reruns_key, 86400)
+    if attempts > tonumber(ARGV[2]) then
       redis.call('RPUSH', job.reply, job.id .. ' !worker_died')
       redis.call('EXPIRE', job.reply, ARGV[4])
       given_up = given_up + 1
     else
-      redis.call('RPUSH', KEYS[2], cjson.encode(job))
+      redis.call('RPUSH', KEYS[2], raw)
       requeued = requeued + 1
     end
   end
@@ -99,12 +102,8 @@ class QueueKeys:
     def workers(self) -> str:
         return f"{self.base}:workers"
 
-    @property
-    def processing_prefix(self) -> str:
-        return f"{self.base}:processing:"
-
     def processing(self, worker_id: str) -> str:
-        return self.processing_prefix + worker_id
+        return f"{self.base}:processing:{worker_id}"
 
     def reply(self, api_id: str) -> str:
         return f"{self.base}:reply:{api_id}"
@@ -120,7 +119,7 @@ class ReapPolicy:
         return [
             int(self.heartbeat_timeout_s * 1000),
             self.max_attempts,
-            keys.processing_prefix,
+            keys.base,
             int(self.reply_expire_s),
             worker_id,
         ]
@@ -226,7 +225,9 @@ class ApiQueue:
         return [i.decode() for i in ids]
 
     async def reap_dead_workers(self, policy: ReapPolicy) -> tuple[int, int]:
-        requeued, given_up = await self._reap(keys=[self._keys.workers, self._keys.queue], args=policy.args(self._keys, ""))
+        requeued, given_up = await self._reap(
+            keys=[self._keys.workers, self._keys.queue], args=policy.args(self._keys, "")
+        )
         return int(requeued), int(given_up)
 
     async def server_run_id(self) -> str:

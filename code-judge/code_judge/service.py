@@ -55,7 +55,9 @@ class JudgeService:
         self.metrics = metrics
         self._client = connect_async(settings.redis_uri, settings.redis_socket_timeout)
         self._queue = ApiQueue(self._client, QueueKeys(settings.redis_key_prefix), secrets.token_hex(8))
-        self._policy = ReapPolicy(settings.worker_heartbeat_timeout, settings.max_attempts, settings.redis_result_expire)
+        self._policy = ReapPolicy(
+            settings.worker_heartbeat_timeout, settings.max_attempts, settings.redis_result_expire
+        )
         self._pending: dict[bytes, _Pending] = {}
         self._dispatcher: asyncio.Task[None] | None = None
         self._run_id: str | None = None
@@ -91,7 +93,9 @@ class JudgeService:
             "pending": len(self._pending),
         }
 
-    async def submit(self, submissions: Sequence[Submission], with_output: bool, timeout_s: float | None) -> list[bytes]:
+    async def submit(
+        self, submissions: Sequence[Submission], with_output: bool, timeout_s: float | None
+    ) -> list[bytes]:
         """The verdict JSON of each submission, in order. Raises Overloaded / RedisUnavailable before queueing."""
         started = time.monotonic()
         wait_s = self._settings.max_queue_wait_time if timeout_s is None else timeout_s
@@ -124,7 +128,6 @@ class JudgeService:
                     "expected": sub.expected_output,
                     "with_output": with_output,
                     "deadline": deadline,
-                    "attempts": 1,
                 }
             )
             future: asyncio.Future[bytes] = loop.create_future()
@@ -139,7 +142,9 @@ class JudgeService:
             for index, key, future in waiting:
                 if future in done and future.exception() is not None:
                     message = str(future.exception())
-                    verdicts[index] = self._service_verdict(specs[index], INTERNAL_ERROR, message, time.monotonic() - started)
+                    verdicts[index] = self._service_verdict(
+                        specs[index], INTERNAL_ERROR, message, time.monotonic() - started
+                    )
                 elif future in done:
                     verdicts[index] = self._finished_verdict(specs[index], future.result(), started)
                 else:
@@ -209,7 +214,9 @@ class JudgeService:
     async def _maintain(self) -> None:
         run_id = await self._queue.server_run_id()
         if run_id != self._run_id:
-            logger.warning("redis restarted (run_id %s -> %s): re-submitting %d jobs", self._run_id, run_id, len(self._pending))
+            logger.warning(
+                "redis restarted (run_id %s -> %s): re-submitting %d jobs", self._run_id, run_id, len(self._pending)
+            )
             if self._pending:
                 # Re-submission bypasses the queue bound: these requests were already accepted.
                 await self._queue.enqueue([p.payload for p in self._pending.values()], 2**62)

@@ -132,9 +132,7 @@ def worker_process_main(settings: JudgeSettings, worker_id: str, sandbox_factory
     queue = WorkerQueue(client, QueueKeys(settings.redis_key_prefix), worker_id, settings.redis_result_expire)
     worker = Worker(queue, sandbox_factory, settings)
     queue.heartbeat()  # registered only once its sandbox is warm
-    beat = threading.Thread(
-        target=_heartbeat_loop, args=(queue, settings.worker_heartbeat_interval, stop), daemon=True
-    )
+    beat = threading.Thread(target=_heartbeat_loop, args=(queue, settings.worker_heartbeat_interval, stop), daemon=True)
     beat.start()
     worker.serve(stop)
     client.close()
@@ -161,7 +159,9 @@ class WorkerGroup:
         self._stop = threading.Event()
         self._client = connect_sync(settings.redis_uri, settings.redis_socket_timeout)
         self._keys = QueueKeys(settings.redis_key_prefix)
-        self._policy = ReapPolicy(settings.worker_heartbeat_timeout, settings.max_attempts, settings.redis_result_expire)
+        self._policy = ReapPolicy(
+            settings.worker_heartbeat_timeout, settings.max_attempts, settings.redis_result_expire
+        )
 
     @property
     def pids(self) -> list[int]:

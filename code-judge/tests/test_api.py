@@ -37,7 +37,9 @@ def test_hello_world_judge_succeeds(client):
 
 
 def test_run_reports_the_exception_at_the_users_own_line(client):
-    verdict = client.post("/run", json={"type": "python", "solution": "x = 1\nprint(x)\nprint(y)", "sub_id": "q7"}).json()
+    verdict = client.post(
+        "/run", json={"type": "python", "solution": "x = 1\nprint(x)\nprint(y)", "sub_id": "q7"}
+    ).json()
     assert verdict["sub_id"] == "q7"
     assert (verdict["success"], verdict["run_success"], verdict["reason"]) == (False, False, "")
     assert verdict["stdout"] == "1\n"
@@ -104,7 +106,9 @@ def test_empty_batch_is_422(client):
 def test_client_deadline_bounds_the_wait(client):
     started = time.monotonic()
     verdict = client.post(
-        "/run", json={"type": "python", "solution": "import time\ntime.sleep(1.5)"}, headers={"X-Request-Timeout": "0.3"}
+        "/run",
+        json={"type": "python", "solution": "import time\ntime.sleep(1.5)"},
+        headers={"X-Request-Timeout": "0.3"},
     ).json()
     assert time.monotonic() - started < 1.2
     assert verdict["reason"] == "queue_timeout" and "0.3 s" in verdict["stderr"]

@@ -22,7 +22,8 @@ KEYS = QueueKeys("test")
 
 
 def job(job_id: str, reply: str) -> bytes:
-    return json.dumps({"id": job_id, "reply": reply, "code": "print(1)", "attempts": 1}).encode()
+    # A 17-digit sub_id: re-queueing must not round it.
+    return json.dumps({"id": job_id, "reply": reply, "code": "print(1)", "sub_id": 12345678901234567}).encode()
 
 
 @pytest.fixture
@@ -73,8 +74,7 @@ async def test_job_of_a_dead_worker_is_rerun_then_given_up(api_queue, sync_clien
     assert reap_sync(sync_client, KEYS, policy, "w1") == (1, 0)
     # The re-queued job goes first, ahead of jobs queued after it, with its attempt counted.
     second = WorkerQueue(sync_client, KEYS, "w2", 60)
-    again = json.loads(second.take(1))
-    assert (again["id"], again["attempts"]) == ("waiting", 2)
+    assert second.take(1) == job("waiting", reply)  # byte for byte
     assert reap_sync(sync_client, KEYS, policy, "w2") == (0, 1)
     assert await api_queue.pop_replies(1) == [b"waiting " + WORKER_DIED]
 

@@ -51,9 +51,7 @@ def test_redis_restart_under_load_loses_nothing(launch, redis_process):
     launch("worker", "--redis-uri", redis_process.uri, "--workers", "2", http=False)
     api.wait_workers(2)
     with ThreadPoolExecutor(16) as pool:
-        answers = [
-            pool.submit(httpx.post, f"{api.url}/judge", json=sleeper(i, 0.3), timeout=60) for i in range(16)
-        ]
+        answers = [pool.submit(httpx.post, f"{api.url}/judge", json=sleeper(i, 0.3), timeout=60) for i in range(16)]
         accepted = lambda: api.status()["pending"] + sum(a.done() for a in answers) >= 16  # noqa: E731
         wait_until(accepted, 30, "all 16 requests to be queued")
         redis_process.kill()  # everything queued in Redis is gone
