@@ -114,6 +114,29 @@ def test_system_is_read_only_and_each_run_gets_a_fresh_private_dir(sandbox):
     assert second.stdout == "['solution.py'] [] ['run']\n"
 
 
+def test_sysv_ipc_objects_do_not_outlive_the_run(sandbox):
+    create = run(
+        sandbox,
+        """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+        ids = [libc.shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0o600), libc.semget(IPC_PRIVATE, 1, IPC_CREAT | 0o600),
+               libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600)]
+        print(min(ids) >= 0)
+        """,
+    )
+    assert create.stdout == "True\n"
+    leftovers = run(
+        sandbox,
+        """
+        for kind in ("shm", "sem", "msg"):
+            print(kind, len(open(f"/proc/sysvipc/{kind}").readlines()) - 1)
+        """,
+    )
+    assert leftovers.stdout == "shm 0\nsem 0\nmsg 0\n"
+
+
 def test_every_process_of_a_run_is_gone_when_the_verdict_returns(sandbox):
     detached = run(
         sandbox,

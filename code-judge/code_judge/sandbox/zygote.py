@@ -158,6 +158,7 @@ class Zygote:
         if not self.isolated:
             shutil.rmtree(workdir, onerror=make_writable_and_retry)
             return
+        remove_sysv_ipc_objects()
         for scratch in self.scratch_dirs:
             for entry in os.listdir(scratch):
                 path = os.path.join(scratch, entry)
@@ -165,6 +166,24 @@ class Zygote:
                     shutil.rmtree(path, onerror=make_writable_and_retry)
                 else:
                     os.unlink(path)
+
+
+def remove_sysv_ipc_objects() -> None:
+    """Delete the shared memory, semaphores and message queues a program left in this sandbox's IPC namespace."""
+    for kind, remove in SYSV_IPC_REMOVERS.items():
+        with open(f"/proc/sysvipc/{kind}") as table:
+            ids = [int(line.split()[1]) for line in table.readlines()[1:]]
+        for ipc_id in ids:
+            if remove(ipc_id) != 0:
+                raise OSError(ctypes.get_errno(), f"cannot remove SysV {kind} {ipc_id}")
+
+
+IPC_RMID = 0
+SYSV_IPC_REMOVERS = {
+    "shm": lambda ipc_id: LIBC.shmctl(ipc_id, IPC_RMID, None),
+    "sem": lambda ipc_id: LIBC.semctl(ipc_id, 0, IPC_RMID),
+    "msg": lambda ipc_id: LIBC.msgctl(ipc_id, IPC_RMID, None),
+}
 
 
 def make_writable_and_retry(function, path, _exc_info) -> None:
