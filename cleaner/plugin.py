@@ -10,6 +10,10 @@ Ray worker, as "Agent loop cleaner_tool_agent not registered". Hence three loud 
   calls it at start-up);
 - `python -m cleaner.plugin --check` checks the entry point, the plugin policy, the registration and
   the agent-loop yaml, and exits non-zero on any failure.
+
+It also defines `SaarMultiTurnConfig`, the config schema that lets the SAAR keys live under
+`actor_rollout_ref.rollout.multi_turn` (verl 0.9.1 turns that section into its `MultiTurnConfig`
+dataclass in every process and rejects unknown keys).
 """
 
 from __future__ import annotations
@@ -19,21 +23,39 @@ import importlib
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
+
+from verl.workers.config.rollout import MultiTurnConfig
+
+from cleaner.saar.config import CONFIG_KEYS
 
 logger = logging.getLogger(__name__)
 
 AGENT_NAME = "cleaner_tool_agent"
+PLUGIN_MODULE = "cleaner.plugin"
 AGENT_LOOP_MODULE = "cleaner.agent_loop"
 AGENT_LOOP_TARGET = f"{AGENT_LOOP_MODULE}.CleanerToolAgentLoop"
 ENTRY_POINT_GROUP = "verl.plugins"
 ENTRY_POINT_NAME = "cleaner"
-PLUGIN_MODULE = "cleaner.plugin"
 PLUGIN_POLICY_ENV = "VERL_USE_EXTERNAL_PLUGINS"
 # In a source checkout (the only place the recipes live), the yaml sits next to the package.
 DEFAULT_AGENT_LOOP_CONFIG = Path(__file__).resolve().parent.parent / "recipe" / "cleaner" / "config" / "agent_loop.yaml"
+
+
+# verl's `MultiTurnConfig` plus the SAAR keys, so the reference recipes' overrides
+# (`+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True`, ...) pass verl's dataclass
+# conversion. Select it with `actor_rollout_ref.rollout.multi_turn._target_=cleaner.plugin.SaarMultiTurnConfig`.
+# None means "SaarConfig's default": the agent loop validates and applies the values (cleaner.saar.config).
+SaarMultiTurnConfig = make_dataclass(
+    "SaarMultiTurnConfig",
+    [(key, Any, field(default=None)) for key in CONFIG_KEYS],
+    bases=(MultiTurnConfig,),
+    namespace={"__module__": PLUGIN_MODULE},
+)
+MULTI_TURN_TARGET = f"{PLUGIN_MODULE}.SaarMultiTurnConfig"
 
 
 class PluginError(RuntimeError):
