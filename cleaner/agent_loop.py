@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -136,12 +137,18 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.saar_config = self._saar_config(self.rollout_config.multi_turn)
+        # A parser may know its own call boundary (`find_call_start(ids)`, e.g. cleaner_lenient); otherwise
+        # the markers of a known format locate it.
+        parser_boundary = getattr(self.tool_parser, "find_call_start", None)
         markers = MARKERS_BY_FORMAT.get(self.tool_parser_name)
-        if self.saar_config.enable_tool_rollback:
-            markers = markers_for_format(self.tool_parser_name)
         if markers is not None and markers.end is not None:
             self.tool_parser = BadCallAwareParser(self.tool_parser, markers)
-        self.boundary = self._boundary_finder(markers) if self.saar_config.enable_tool_rollback else None
+        self.find_call_start: Callable[[Sequence[int]], int | None] | None = None
+        if self.saar_config.enable_tool_rollback:
+            if parser_boundary is not None:
+                self.find_call_start = parser_boundary
+            else:
+                self.find_call_start = self._boundary_finder(markers_for_format(self.tool_parser_name)).find
         self.stats = TrajectoryStats()
         self.policy = RollbackPolicy(self.saar_config, active=False, stats=self.stats)
         self._last_turn: TurnRecord | None = None
@@ -368,7 +375,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         open_position = self.policy.open
         base: Checkpoint = open_position.checkpoint
         failed: TurnRecord = open_position.failed_turn
-        failed_boundary, new_boundary = self.boundary.find(failed.ids), self.boundary.find(replacement.ids)
+        failed_boundary, new_boundary = self.find_call_start(failed.ids), self.find_call_start(replacement.ids)
         mode, similarity = self.policy.choose_mode(
             replacement_code, splittable=failed_boundary is not None and new_boundary is not None
         )

@@ -343,6 +343,22 @@ async def test_ambiguous_validation_sampling_is_a_config_error(qwen3_tokenizer):
         await loop.run(training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0)
 
 
+async def test_parser_with_its_own_call_boundary_supports_fenced_python_calls(qwen3_tokenizer):
+    import cleaner.tools.tool_parser  # noqa: F401  (registers the cleaner_lenient parser)
+
+    def fenced(reasoning, code, prose):
+        return f"<think>\n{reasoning}\n</think>\n\n{prose}\n```python\n{code}\n```"
+
+    first = fenced("I will sum with Python.", FAILED, "Let me run it.")
+    retry = fenced("Typo fixed.", SIMILAR_FIX, "Again.")
+    run = await run_loop(qwen3_tokenizer, [first, retry, ANSWER], format="cleaner_lenient")
+    assert_consistent(run, qwen3_tokenizer)
+    assert run.fields["saar_rollbacks_shallow"] == 1
+    text = run.response_text(qwen3_tokenizer)
+    assert text.startswith("<think>\nI will sum with Python.\n</think>\n\nLet me run it.")
+    assert SIMILAR_FIX in text and "totl" not in text and "Typo fixed" not in text and "NameError" not in text
+
+
 async def test_unsupported_parser_format_with_rollback_fails_loudly(qwen3_tokenizer):
     with pytest.raises(ValueError, match="supported formats"):
         await run_loop(qwen3_tokenizer, [ANSWER], format="gpt-oss")

@@ -53,7 +53,7 @@ def markers_for_format(tool_format: str) -> CallMarkers:
     except KeyError:
         raise ValueError(
             f"SAAR does not know where tool calls start for multi_turn.format={tool_format!r}; "
-            f"supported formats: {sorted(MARKERS_BY_FORMAT)}"
+            f"supported formats: {sorted(MARKERS_BY_FORMAT)}, or a parser with a find_call_start(ids) method"
         ) from None
 
 
