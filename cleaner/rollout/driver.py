@@ -205,6 +205,9 @@ class RolloutRunner:
                         tools=ToolListWrap(tools),
                     )
 
+                # A configuration error (unknown parser, SAAR setting, tool) fails here once, not per trajectory.
+                for name in {problem.agent_name or self.settings.agent_name for problem in problems}:
+                    new_loop(MeteredServer(self.client), name)
                 start = time.perf_counter()
                 results = await self._run_jobs(jobs, saar, new_loop, out)
                 wall[saar] = time.perf_counter() - start

@@ -118,3 +118,9 @@ def test_record_file_appends_whole_lines(tmp_path):
         assert out.done == {"a"}
         out.append({"key": "b"})
     assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["a", "b"]
+
+
+async def test_configuration_errors_fail_once_before_any_trajectory(tmp_path, judge_url, qwen3_tokenizer):
+    cfg = settings(tmp_path, judge_url, tool_format="no_such_parser")
+    with pytest.raises(Exception, match="no_such_parser"):
+        await run(cfg, qwen3_tokenizer)
