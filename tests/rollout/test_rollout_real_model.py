@@ -18,23 +18,13 @@ from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
 from cleaner.rollout.records import read_records
 from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
 
+# The 0.5B model never writes <tool_call> tags: the lenient parser reads its fences and python blocks.
 TOOL_FORMAT = "cleaner_lenient"
 SYSTEM = (
     "You solve problems by running Python code. To run code, write one ```python code block and stop; it is "
     "executed and you will see what it prints. Always print() the result. After you see the output, give the "
     "final answer as \\boxed{answer}."
 )
-
-
-def _saar_supports_format() -> bool:
-    from cleaner.saar.boundary import markers_for_format
-
-    try:
-        markers_for_format(TOOL_FORMAT)
-    except ValueError:
-        return False
-    return True
-
 
 
 PROBLEMS = [
@@ -88,8 +78,6 @@ def test_derived_tokenizer_matches_the_llama_cpp_server(gguf, llama_url):
     assert ids == server_ids
 
 
-# The 0.5B model never writes <tool_call> tags, so this needs SAAR to splice the lenient parser's calls.
-@pytest.mark.skipif(not _saar_supports_format(), reason=f"SAAR cannot splice calls of multi_turn.format={TOOL_FORMAT} yet")
 def test_real_model_rollout_with_saar(tmp_path, gguf, llama_url, judge_url):
     data = tmp_path / "problems.jsonl"
     data.write_text(
