@@ -205,9 +205,10 @@ async def test_resample_without_a_tool_call_ends_the_trajectory_unpurified(qwen3
     assert run.fields["saar_rollbacks_failed"] == 1 and run.fields["saar_retries_used"] == 1
 
 
-async def test_turn_limit_while_resampling_drops_the_resample_and_ends_on_the_error(qwen3_tokenizer):
+@pytest.mark.parametrize("limit", [{"max_assistant_turns": 2}, {"max_user_turns": 1}])
+async def test_turn_limit_while_resampling_drops_the_resample_and_ends_on_the_error(qwen3_tokenizer, limit):
     retry = turn("Fixing.", SIMILAR_FIX)
-    run = await run_loop(qwen3_tokenizer, [FIRST, retry], max_assistant_turns=2)
+    run = await run_loop(qwen3_tokenizer, [FIRST, retry], **limit)
     assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED))])
     assert run.fields["saar_rollbacks_failed"] == 1 and run.tool.calls == [FAILED]
 
