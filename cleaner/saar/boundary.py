@@ -18,7 +18,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Protocol
+from typing import Protocol
 
 
 class Tokenizer(Protocol):
@@ -58,7 +58,7 @@ def markers_for_format(tool_format: str) -> CallMarkers:
 
 
 class BoundaryFinder:
-    def __init__(self, tokenizer: Any, markers: CallMarkers):
+    def __init__(self, tokenizer: Tokenizer, markers: CallMarkers):
         self.tokenizer = tokenizer
         self.markers = markers
         self._pieces: dict[int, str] = {}
