@@ -149,15 +149,19 @@ def connect_sync(uri: str, socket_timeout_s: float) -> redis.Redis:
     )
 
 
-def connect_async(uri: str, socket_timeout_s: float, max_connections: int = 64) -> aioredis.Redis:
-    return aioredis.Redis.from_url(
+def connect_async(uri: str, socket_timeout_s: float, max_connections: int = 32) -> aioredis.Redis:
+    # A blocking pool: with more requests in flight than connections, callers wait for a free connection
+    # (up to the socket timeout) instead of failing with MaxConnectionsError.
+    pool = aioredis.BlockingConnectionPool.from_url(
         uri,
+        max_connections=max_connections,
+        timeout=socket_timeout_s,
         socket_timeout=socket_timeout_s,
         socket_connect_timeout=socket_timeout_s,
         retry=_retry(),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        max_connections=max_connections,
     )
+    return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes its connections
 
 
 class WorkerQueue:

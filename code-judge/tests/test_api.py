@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -66,6 +67,14 @@ def test_batches_answer_in_input_order(client, endpoint):
     assert [r["sub_id"] for r in answer["results"]] == ["s0", "s1", "s2", "s3"]
     assert [r["success"] for r in answer["results"]] == [True, True, False, True]
     assert all(("stdout" in r) == endpoint.startswith("/run") for r in answer["results"])
+
+
+async def test_more_concurrent_requests_than_redis_connections(judge):
+    async with httpx.AsyncClient(base_url=judge.url, timeout=60, limits=httpx.Limits(max_connections=100)) as client:
+        bodies = [{"type": "python", "solution": f"print({i})", "expected_output": str(i)} for i in range(100)]
+        responses = await asyncio.gather(*(client.post("/judge", json=body) for body in bodies))
+    assert [r.status_code for r in responses] == [200] * 100
+    assert all(r.json()["success"] for r in responses)
 
 
 def test_infinite_loop_is_stopped_at_the_time_limit(client):
