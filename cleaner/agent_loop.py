@@ -182,13 +182,13 @@ class CleanerToolAgentLoop(ToolAgentLoop):
 
     def _rollback_active(self, sampling_params: dict[str, Any], kwargs: dict[str, Any]) -> bool:
         config = self.saar_config
-        if not config.enable_tool_rollback:
+        if not config.enable_tool_rollback or config.rollback_probability <= 0.0:
             return False
         if not config.rollback_in_validation and self._is_validation(sampling_params, kwargs):
             return False
-        if 0.0 < config.rollback_probability < 1.0:
+        if config.rollback_probability < 1.0:
             return draw_gate(config.rollback_seed, self._sample_key(kwargs), config.rollback_probability)
-        return config.rollback_probability >= 1.0
+        return True
 
     def _is_validation(self, sampling_params: dict[str, Any], kwargs: dict[str, Any]) -> bool:
         """verl does not pass the validate flag to agent loops: use it when given, else infer it."""
