@@ -5,7 +5,9 @@ independent text-level oracle says what the purified conversation must be:
 - no failure: the turn and its result;
 - 1..K failures: the first attempt's reasoning with the successful call (shallow, when the codes'
   difflib ratio is >= 0.5) or the whole successful turn (deep), then its result;
-- more than K failures: every attempt and every error, unpurified.
+- more than K failures: every attempt and every error, unpurified;
+- a first attempt with an infrastructure error: kept as is, never rolled back;
+- a retry that answers instead of calling: the chain and the answer are kept and the trajectory ends.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from cleaner.agent_loop import CleanerToolAgentLoop
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.scripted_llm import (
+    INFRA_TEXT,
     ScriptedLLMServer,
     agent_loop_config,
     build_agent_loop,
@@ -48,6 +51,7 @@ class Position:
     failures: int
     failure_kinds: tuple[str, ...]
     similar_fix: bool
+    ending: str  # "fix", "give_up" (the last retry answers without a call) or "infra" (first attempt only)
 
 
 positions = st.builds(
@@ -57,6 +61,7 @@ positions = st.builds(
     failures=st.integers(0, 4),
     failure_kinds=st.lists(st.sampled_from(FAILURES), min_size=5, max_size=5).map(tuple),
     similar_fix=st.booleans(),
+    ending=st.sampled_from(["fix", "fix", "fix", "give_up", "infra"]),
 )
 
 
@@ -71,8 +76,27 @@ def tool_text(code: str) -> str:
 def plan(position_specs: list[Position], retries: int):
     """The server script, the expected purified conversation and the expected counters."""
     script, conversation, hidden = [], [], []
-    expected = {"triggered": 0, "recovered": 0, "failed": 0, "retries": 0}
+    expected = {"triggered": 0, "recovered": 0, "failed": 0, "retries": 0, "infra": 0, "positions": 0}
     for index, spec in enumerate(position_specs):
+        expected["positions"] += 1
+        if spec.ending == "infra":
+            code = f"{spec.base_code}\ninfra_{index} = 1\n# outcome: infra judge_unreachable"
+            script.append(turn(spec.reasonings[0], code))
+            conversation += [_assistant(turn(spec.reasonings[0], code)), _tool(INFRA_TEXT)]
+            expected["infra"] += 1
+            continue
+        if spec.ending == "give_up" and 1 <= spec.failures <= retries:
+            failed = [f"{spec.base_code}\nmarker_{index}_{j} = 1\n# outcome: {spec.failure_kinds[j]}" for j in range(spec.failures)]
+            for j, code in enumerate(failed):
+                script.append(turn(spec.reasonings[j], code))
+                conversation += [_assistant(turn(spec.reasonings[j], code)), _tool(tool_text(code))]
+            answer = f"<think>\n{spec.reasonings[spec.failures]}\n</think>\n\nI give up: \\boxed{{0}}."
+            script.append(answer)
+            conversation.append(_assistant(answer))
+            expected["triggered"] += 1
+            expected["failed"] += 1
+            expected["retries"] += spec.failures
+            return script, conversation, hidden, expected  # the answer ends the trajectory
         executed_failures = min(spec.failures, retries + 1)
         failed = [f"{spec.base_code}\nmarker_{index}_{j} = 1\n# outcome: {spec.failure_kinds[j]}" for j in range(executed_failures)]
         attempts = [(spec.reasonings[j], code) for j, code in enumerate(failed)]
@@ -148,7 +172,8 @@ def test_random_trajectories_are_purified_exactly(qwen3_tokenizer, position_spec
     assert fields["saar_rollbacks_shallow"] + fields["saar_rollbacks_deep"] == expected["recovered"]
     assert fields["saar_retries_used"] == expected["retries"]
     assert fields["saar_tool_calls"] == len(tool.calls)
-    assert fields["saar_first_attempt_calls"] == len(position_specs)
+    assert fields["saar_first_attempt_calls"] == expected["positions"]
+    assert fields["saar_infra_errors"] == expected["infra"] and fields["saar_infra_error"] == (expected["infra"] > 0)
     spans = fields["saar_spliced_spans"]
     assert fields["saar_spliced_tokens"] == sum(end - start for start, end, _ in spans)
     assert all(output.response_mask[i] == 1 for start, end, _ in spans for i in range(start, end))
