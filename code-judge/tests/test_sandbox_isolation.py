@@ -99,11 +99,11 @@ def test_system_is_read_only_and_each_run_gets_a_fresh_private_dir(sandbox):
                 pass
         open("left-behind.txt", "w").write("x")
         open("/dev/shm/left-behind", "w").write("x")
-        os.mkdir("/tmp/locked"); os.chmod("/tmp/locked", 0)
+        os.makedirs("/tmp/locked/inner"); os.chmod("/tmp/locked/inner", 0); os.chmod("/tmp/locked", 0)
         print(os.getcwd())
         """,
     )
-    assert "wrote" not in first.stdout
+    assert first.stdout == "/tmp/run\n"
     second = run(
         sandbox,
         """
@@ -135,6 +135,22 @@ def test_sysv_ipc_objects_do_not_outlive_the_run(sandbox):
         """,
     )
     assert leftovers.stdout == "shm 0\nsem 0\nmsg 0\n"
+
+
+def test_a_run_that_leaves_undeletable_files_gets_a_result_and_the_next_run_a_fresh_sandbox(sandbox):
+    deep = run(
+        sandbox,
+        """
+        import os
+        for _ in range(3000):  # deeper than PATH_MAX, so no path-based cleanup can reach the bottom
+            os.mkdir("d")
+            os.chdir("d")
+        print("nested")
+        """,
+    )
+    assert deep.stdout == "nested\n" and deep.exit_code == 0
+    after = run(sandbox, "import os; print(os.listdir('/tmp'), os.listdir('.'))")
+    assert after.stdout == "['run'] ['solution.py']\n"
 
 
 def test_every_process_of_a_run_is_gone_when_the_verdict_returns(sandbox):
@@ -199,6 +215,17 @@ def test_zygote_killed_from_outside_mid_run_is_reported_and_replaced():
             box.run("import time; time.sleep(3)", "", LIMITS)
         killer.join()
         assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
+
+
+def test_zygote_killed_while_idle_is_replaced_without_losing_the_next_run():
+    before = set(own_children())
+    with Sandbox(SandboxConfig()) as box:
+        (bwrap_pid,) = set(own_children()) - before
+        (zygote_pid,) = children_of(bwrap_pid)
+        os.kill(zygote_pid, signal.SIGKILL)
+        while Path(f"/proc/{bwrap_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)  # bwrap exits once its zygote is gone
+        assert box.run("print('ran anyway')", "", LIMITS).stdout == "ran anyway\n"
 
 
 def test_frozen_zygote_is_abandoned_at_the_wall_limit_and_replaced():

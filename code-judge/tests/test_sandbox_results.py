@@ -119,3 +119,10 @@ def test_non_daemon_threads_finish_before_exit(sandbox):
         """,
     )
     assert result.stdout == "thread done\n"
+
+
+def test_text_that_is_not_valid_utf8_is_the_programs_problem_not_the_sandboxs(sandbox):
+    broken_source = run(sandbox, "print('\ud800')")
+    assert broken_source.exception_type == "SyntaxError"
+    broken_input = run(sandbox, "print(len(input()))", stdin="a\ud800b\n")
+    assert broken_input.exit_code == 0

@@ -18,9 +18,11 @@ from tqdm import tqdm
 
 from ..execution import Limits
 from .config import SandboxConfig
+from .launcher import bwrap_argv, sandbox_user
 from .sandbox import Sandbox
 
 FRESH = "fresh-python"
+FRESH_BWRAP = "fresh-bwrap-python"
 PROGRAMS = {
     "print": "print('hello world')",
     "numpy+sympy": "import numpy as np, sympy as sp\nprint(np.arange(10).sum(), sp.factorint(360))",
@@ -38,13 +40,22 @@ def run_in_sandbox(mode: str, source: str, runs: int, progress: bool) -> list[fl
     return latencies
 
 
-def run_fresh_interpreter(source: str, runs: int, progress: bool) -> list[float]:
-    """The cost to beat: a new, unsandboxed interpreter per program, importing what it uses."""
+def run_fresh_interpreter(mode: str, source: str, runs: int, progress: bool) -> list[float]:
+    """The cost to beat: a new interpreter per program (bare, or in a new bwrap sandbox), importing what it uses."""
+    config = SandboxConfig()
+    prefix = bwrap_argv(config) if mode == FRESH_BWRAP else []
+    user = sandbox_user(config) if mode == FRESH_BWRAP else None
     latencies = []
-    python = SandboxConfig().python
-    for _ in tqdm(range(runs), desc=FRESH, leave=False, disable=None if progress else True):
+    for _ in tqdm(range(runs), desc=mode, leave=False, disable=None if progress else True):
         started = time.perf_counter()
-        subprocess.run([python, "-I", "-c", source], capture_output=True, check=False)
+        subprocess.run(
+            [*prefix, config.python, "-I", "-c", source],
+            user=user,
+            group=user,
+            extra_groups=[] if user is not None else None,
+            capture_output=True,
+            check=False,
+        )
         latencies.append(time.perf_counter() - started)
     return latencies
 
@@ -55,8 +66,8 @@ def measure(mode: str, source: str, runs: int, progress: bool) -> tuple[list[flo
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        if mode == FRESH:
-            latencies = run_fresh_interpreter(source, runs, progress)
+        if mode in (FRESH, FRESH_BWRAP):
+            latencies = run_fresh_interpreter(mode, source, runs, progress)
         else:
             latencies = run_in_sandbox(mode, source, runs, progress)
         with os.fdopen(write_end, "w") as out:
@@ -73,20 +84,22 @@ def measure(mode: str, source: str, runs: int, progress: bool) -> tuple[list[flo
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument("--modes", nargs="+", default=["bwrap", "insecure", FRESH])
+    parser.add_argument("--runs", type=int, default=300, help="runs per program in the warm sandbox modes")
+    parser.add_argument("--fresh-runs", type=int, default=20, help="runs per program with a fresh interpreter")
+    parser.add_argument("--modes", nargs="+", default=["bwrap", "insecure", FRESH, FRESH_BWRAP])
     args = parser.parse_args()
     print("| mode | program | runs | p50 ms | p95 ms | CPU ms/run | start-up CPU ms |")
     print("|---|---|---|---|---|---|---|")
     for mode in args.modes:
-        _, startup_cpu = measure(mode, "", 0, progress=False) if mode != FRESH else ([], 0.0)
+        _, startup_cpu = measure(mode, "", 0, progress=False) if mode in ("bwrap", "insecure") else ([], 0.0)
+        runs = args.fresh_runs if mode in (FRESH, FRESH_BWRAP) else args.runs
         for name, source in PROGRAMS.items():
-            latencies, cpu = measure(mode, source, args.runs, progress=True)
+            latencies, cpu = measure(mode, source, runs, progress=True)
             latencies.sort()
             p95 = latencies[int(0.95 * (len(latencies) - 1))]
-            per_run = (cpu - startup_cpu) / args.runs
+            per_run = (cpu - startup_cpu) / runs
             print(
-                f"| {mode} | {name} | {args.runs} | {statistics.median(latencies) * 1e3:.2f} | {p95 * 1e3:.2f} "
+                f"| {mode} | {name} | {runs} | {statistics.median(latencies) * 1e3:.2f} | {p95 * 1e3:.2f} "
                 f"| {per_run * 1e3:.2f} | {startup_cpu * 1e3:.0f} |"
             )
     return 0

@@ -44,12 +44,21 @@ class ZygoteProcess:
             )
         finally:
             child_sock.close()
-        ready = self.receive(time.monotonic() + config.startup_timeout_s)
+        try:
+            ready = self.receive(time.monotonic() + config.startup_timeout_s)
+        except SandboxCrashed as error:
+            raise SandboxUnavailable(f"the {config.mode} sandbox failed to start: {error}") from error
         if ready is None:
-            detail = self.kill()
-            raise SandboxUnavailable(f"the {config.mode} sandbox failed to start: {detail}")
-        self.base_vm_bytes = ready["base_vm_bytes"]
-        logger.info("sandbox zygote %d up (%s mode, python %s)", self.process.pid, config.mode, ready["python"])
+            raise SandboxUnavailable(
+                f"the {config.mode} sandbox did not start within {config.startup_timeout_s} s ({self.kill()})"
+            )
+        logger.info(
+            "sandbox zygote %d up (%s mode, python %s, %d MiB mapped before any program)",
+            self.process.pid,
+            config.mode,
+            ready["python"],
+            ready["base_vm_bytes"] >> 20,
+        )
 
     def send(self, request: dict, fds: list[int]) -> None:
         try:
@@ -58,14 +67,18 @@ class ZygoteProcess:
             raise SandboxCrashed(f"the sandbox zygote is gone: {self.kill()}") from error
 
     def receive(self, deadline: float) -> dict | None:
-        """The zygote's next reply; None when it closed the socket or the deadline passed."""
+        """The zygote's next reply, or None when the deadline passed; SandboxCrashed when it is gone."""
         self.sock.settimeout(max(0.0, deadline - time.monotonic()))
         try:
             message = self.sock.recv(MAX_REPLY_BYTES)
-        except (TimeoutError, BlockingIOError, ConnectionError):
+        except (TimeoutError, BlockingIOError):
             # BlockingIOError: the deadline had already passed, so the socket was polled without waiting.
             return None
-        return json.loads(message) if message else None
+        except ConnectionError as error:
+            raise SandboxCrashed(f"the sandbox zygote is gone: {self.kill()}") from error
+        if not message:
+            raise SandboxCrashed(f"the sandbox zygote is gone: {self.kill()}")
+        return json.loads(message)
 
     def fileno(self) -> int:
         return self.sock.fileno()

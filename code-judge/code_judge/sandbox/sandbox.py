@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import signal
 import time
@@ -29,17 +30,32 @@ class Sandbox:
         """Run one program. Any program gives a result; only the sandbox's own failures raise SandboxError."""
         check_limits(limits)
         zygote = self._live_zygote()
-        collector = OutputCollector(*self._start(zygote, source, stdin, limits), cap=limits.max_output_bytes)
+        try:
+            pipes = self._start(zygote, source, stdin, limits)
+        except SandboxCrashed as error:
+            # It died before taking the program (e.g. killed while idle): nothing ran, so run it in a new one.
+            logger.warning("%s; starting a new zygote", error)
+            zygote = self._live_zygote()
+            pipes = self._start(zygote, source, stdin, limits)
+        collector = OutputCollector(*pipes, cap=limits.max_output_bytes)
         try:
             started = time.monotonic()
             deadline = started + limits.wall_time_s + self.config.backstop_s
             collector.pump(deadline, stop_fd=zygote.fileno())
-            reply = zygote.receive(deadline)
+            try:
+                reply = zygote.receive(deadline)
+            except SandboxCrashed as error:
+                self._zygote = None
+                raise SandboxCrashed(f"the sandbox zygote died during a run: {error}") from error
             if reply is None:
-                return self._abandon(zygote, collector, limits, time.monotonic() - started)
+                return self._abandon(zygote, collector, time.monotonic() - started)
             if not collector.pump(time.monotonic() + DRAIN_S):
                 self._discard(zygote)
                 raise SandboxError("output pipes stayed open after every process of the run was killed")
+            if reply["retire"]:
+                logger.warning("sandbox zygote could not clean up after a run; replacing it")
+                self._zygote = None
+                zygote.close()
             return to_result(reply, collector, limits)
         finally:
             collector.close()
@@ -67,8 +83,10 @@ class Sandbox:
         stdout_read, stdout_write = output_pipe()
         stderr_read, stderr_write = output_pipe()
         handed_over = [
-            read_only_memfd("source", source.encode("utf-8", errors="surrogateescape")),
-            read_only_memfd("stdin", stdin.encode("utf-8", errors="surrogateescape")),
+            # surrogatepass: any str is accepted; text that is not valid UTF-8 reaches the program as it would
+            # from a file (a SyntaxError for source, replacement characters for input()).
+            read_only_memfd("source", source.encode("utf-8", errors="surrogatepass")),
+            read_only_memfd("stdin", stdin.encode("utf-8", errors="surrogatepass")),
             stdout_write,
             stderr_write,
         ]
@@ -92,16 +110,10 @@ class Sandbox:
                 os.close(fd)
         return stdout_read, stderr_read
 
-    def _abandon(
-        self, zygote: ZygoteProcess, collector: OutputCollector, limits: Limits, elapsed: float
-    ) -> ExecutionResult:
-        """The zygote did not answer in time, or died: kill the whole sandbox; the next run starts a new one."""
-        timed_out = zygote.alive()
-        detail = self._discard(zygote)
+    def _abandon(self, zygote: ZygoteProcess, collector: OutputCollector, elapsed: float) -> ExecutionResult:
+        """The zygote missed the deadline (stopped or starved): kill the whole sandbox; the next run starts anew."""
+        logger.warning("sandbox zygote missed the wall-time deadline; killed it (%s)", self._discard(zygote))
         collector.pump(time.monotonic() + DRAIN_S)
-        if not timed_out:
-            raise SandboxCrashed(f"the sandbox zygote died during a run: {detail}")
-        logger.warning("sandbox zygote missed the wall-time deadline; killed it (%s)", detail)
         return ExecutionResult(
             exit_code=None,
             signal=signal.SIGKILL,
@@ -164,8 +176,10 @@ def limit_hit(reply: dict, report: dict, collector: OutputCollector, limits: Lim
     """Which limit ended (or trimmed) the run, from what the zygote measured plus the program's exception."""
     if reply["timed_out"]:
         return LimitHit.WALL_TIME
+    # The zygote rounds the CPU limit up to whole seconds (RLIMIT_CPU's unit); SIGKILL comes 1 s after SIGXCPU.
+    cpu_limit_s = max(1, math.ceil(limits.cpu_time_s))
     if reply["signal"] == signal.SIGXCPU or (
-        reply["signal"] == signal.SIGKILL and reply["cpu_s"] >= int(limits.cpu_time_s) - 0.05
+        reply["signal"] == signal.SIGKILL and reply["cpu_s"] >= cpu_limit_s - 0.05
     ):
         return LimitHit.CPU_TIME
     if report.get("memory_error"):

@@ -18,7 +18,6 @@ import math
 import os
 import resource
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -82,7 +81,10 @@ class Zygote:
             message, fds, _, _ = socket.recv_fds(self.sock, MAX_REQUEST_BYTES, 4)
             if not message:
                 return
-            self.send(self.run(json.loads(message), fds))
+            reply = self.run(json.loads(message), fds)
+            self.send(reply)
+            if reply["retire"]:
+                return
 
     def send(self, reply: dict) -> None:
         self.sock.send(json.dumps(reply).encode())
@@ -106,8 +108,9 @@ class Zygote:
         cost_s = time.monotonic() - started
         strays = self.kill_everything()
         report = read_report(report_read)
-        self.wipe(workdir)
+        clean = self.wipe(workdir)
         return {
+            "retire": not clean,
             "exit_code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "cost_s": cost_s,
@@ -154,18 +157,38 @@ class Zygote:
             except ProcessLookupError:
                 pass
 
-    def wipe(self, workdir: str) -> None:
-        if not self.isolated:
-            shutil.rmtree(workdir, onerror=make_writable_and_retry)
-            return
-        remove_sysv_ipc_objects()
-        for scratch in self.scratch_dirs:
-            for entry in os.listdir(scratch):
-                path = os.path.join(scratch, entry)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, onerror=make_writable_and_retry)
-                else:
-                    os.unlink(path)
+    def wipe(self, workdir: str) -> bool:
+        """Delete everything the run wrote; False if something resisted and this zygote must be retired."""
+        try:
+            if not self.isolated:
+                empty_directory(workdir)
+                os.rmdir(workdir)
+                return True
+            remove_sysv_ipc_objects()
+            for scratch in self.scratch_dirs:
+                empty_directory(scratch)
+        except OSError as error:
+            # E.g. a directory nested deeper than PATH_MAX. A fresh sandbox starts with fresh scratch space.
+            print(f"zygote retiring: cannot clean up after a run: {error}", file=sys.stderr, flush=True)
+            return False
+        return True
+
+
+def empty_directory(top: str) -> None:
+    """Remove everything under `top`, including directories the program made unreadable (it owns them)."""
+    pending, emptied = [top], []
+    while pending:
+        directory = pending.pop()
+        os.chmod(directory, 0o700)
+        emptied.append(directory)
+        for entry in os.scandir(directory):
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            else:
+                os.unlink(entry.path)
+    # Deepest first, so every directory is empty when it is removed.
+    for directory in reversed(emptied[1:]):
+        os.rmdir(directory)
 
 
 def remove_sysv_ipc_objects() -> None:
@@ -184,14 +207,6 @@ SYSV_IPC_REMOVERS = {
     "sem": lambda ipc_id: LIBC.semctl(ipc_id, 0, IPC_RMID),
     "msg": lambda ipc_id: LIBC.msgctl(ipc_id, IPC_RMID, None),
 }
-
-
-def make_writable_and_retry(function, path, _exc_info) -> None:
-    # A program may chmod its own directories to 0; we own them, so make them writable and retry once.
-    os.chmod(os.path.dirname(path), 0o700)
-    if os.path.isdir(path) and not os.path.islink(path):
-        os.chmod(path, 0o700)
-    function(path)
 
 
 def wait_for_exit(pid: int, timeout_s: float) -> bool:
