@@ -114,7 +114,7 @@ def fetch_extra_fields(keys: list[str], partition_id: str) -> list[dict[str, Any
     if not keys:
         return []
     data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
-    return list(data["extra_fields"].tolist())
+    return list(data.pop("extra_fields").tolist())  # as verl reads it
 
 
 def _sampled_rows(batch) -> list[dict[str, Any]]:

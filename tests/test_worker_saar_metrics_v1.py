@@ -1,0 +1,160 @@
+"""Worker level, v1 trainer (verl's default): the TransferQueue agent-loop worker stores the saar_* stats,
+and the cleaner hooks read them back for the step's and the validation's metrics.
+
+The worker is verl's real `AgentLoopWorkerTQ` code (our subclass, without Ray); TransferQueue itself is
+replaced by an in-memory store with the same put/get calls and TensorDict formats, because a real one
+needs a Ray cluster with several CPUs for its controller and storage actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import transfer_queue
+from transfer_queue.metadata import KVBatchMeta
+from verl.utils import tensordict_utils as tu
+
+from cleaner import trainer_metrics
+from cleaner.agent_loop_manager import CleanerAgentLoopWorkerTQ
+from cleaner.saar.stats import EXTRA_FIELD_KEYS
+from cleaner.scripted_llm import ScriptedLLMServer
+from test_worker_saar_metrics import EXPECTED_TRAINING, SCRIPTS, LLMClient, model_dir, trainer_config  # noqa: F401
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+class InMemoryTransferQueue:
+    """The TransferQueue calls the v1 worker and the hooks make, over a dict: key -> stored fields."""
+
+    def __init__(self):
+        self.partitions: dict[str, dict[str, dict[str, Any]]] = {}
+        self.tags: dict[str, dict[str, dict]] = {}
+
+    async def async_kv_put(self, key, partition_id, tag=None, **_):
+        self.tags.setdefault(partition_id, {})[key] = tag
+
+    async def async_kv_batch_put(self, keys, fields, tags, partition_id):
+        columns = {name: fields.get(name) for name in fields.keys()}
+        rows = self.partitions.setdefault(partition_id, {})
+        for index, key in enumerate(keys):
+            rows[key] = {
+                name: column.tolist()[index] if hasattr(column, "tolist") and not isinstance(column, torch.Tensor) else column[index]
+                for name, column in columns.items()
+            }
+            self.tags.setdefault(partition_id, {})[key] = tags[index]
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        rows = self.partitions[partition_id]
+        return tu.list_of_dict_to_tensordict([{name: rows[key][name] for name in select_fields} for key in keys])
+
+    def kv_clear(self, keys, partition_id):
+        for key in keys:
+            del self.partitions[partition_id][key]
+
+    def batch(self, partition_id: str) -> KVBatchMeta:
+        keys = sorted(self.partitions[partition_id])
+        return KVBatchMeta(keys=keys, tags=[self.tags[partition_id][key] for key in keys], partition_id=partition_id)
+
+
+@pytest.fixture
+def queue(monkeypatch) -> InMemoryTransferQueue:
+    fake = InMemoryTransferQueue()
+    monkeypatch.setattr(transfer_queue, "init", lambda *args, **kwargs: None)
+    for name in ("async_kv_put", "async_kv_batch_put", "kv_batch_get", "kv_clear"):
+        monkeypatch.setattr(transfer_queue, name, getattr(fake, name))
+    return fake
+
+
+@pytest.fixture
+def worker(queue, trainer_config, qwen3_tokenizer):
+    worker = CleanerAgentLoopWorkerTQ(trainer_config, llm_client=None)
+    worker.llm_client = LLMClient(ScriptedLLMServer(qwen3_tokenizer, SCRIPTS))
+    return worker
+
+
+def prompt_batch(markers: list[str], *, validate: bool):
+    """The TensorDict the v1 trainer hands to `generate_sequences` (from a collated dataset batch)."""
+    batch = tu.get_tensordict(
+        {
+            "raw_prompt": [[{"role": "user", "content": f"{m}: what is 1+...+10? Use Python."}] for m in markers],
+            "agent_name": ["cleaner_tool_agent"] * len(markers),
+            "index": torch.arange(len(markers)),
+            "uid": [f"uid{i}" for i in range(len(markers))],
+            "data_source": ["unit"] * len(markers),
+            "tools_kwargs": [{} for _ in markers],
+            "extra_info": [{} for _ in markers],
+        }
+    )
+    tu.assign_non_tensor_data(batch, "global_steps", 1)
+    if validate:
+        tu.assign_non_tensor_data(batch, "validate", True)
+    return batch
+
+
+async def run_worker(worker, markers, *, validate: bool) -> None:
+    await worker.generate_sequences(prompt_batch(markers, validate=validate))
+    await asyncio.gather(*list(worker.background_tasks))
+
+
+async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue):
+    markers = list(SCRIPTS)
+    await run_worker(worker, markers, validate=False)
+    batch = queue.batch("train")
+    assert batch.keys == [f"uid{i}_0_0" for i in range(len(markers))]
+    stored = [queue.partitions["train"][key]["extra_fields"] for key in batch.keys]
+    for fields, marker in zip(stored, markers, strict=True):
+        assert set(EXTRA_FIELD_KEYS) <= fields.keys()
+        assert (fields["saar_tool_calls"], fields["saar_rollbacks_triggered"]) == EXPECTED_TRAINING[marker][:2]
+
+    def verl_compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        metrics["training/global_step"] = global_steps
+
+    metrics: dict[str, float] = {}
+    hooked = trainer_metrics._wrap_v1_compute_metrics(verl_compute_metrics)
+    hooked(object(), batch, metrics, {}, global_steps=1, epoch=0)
+    assert metrics["training/global_step"] == 1
+    assert (metrics["rollback/triggered"], metrics["rollback/recovered"], metrics["rollback/failed"]) == (3, 2, 1)
+    assert metrics["tool_calls/total"] == 8
+
+    # padding entries that verl adds to fill a batch are not counted twice
+    padded = KVBatchMeta(keys=batch.keys, tags=[{**tag, "is_padding": i == 0} for i, tag in enumerate(batch.tags)], partition_id="train")
+    metrics = {}
+    hooked(object(), padded, metrics, {}, global_steps=1, epoch=0)
+    assert metrics["rollback/trajectories"] == len(markers) - 1
+
+
+async def test_v1_validation_reads_each_batch_before_the_trainer_clears_it(worker, queue):
+    await run_worker(worker, list(SCRIPTS), validate=True)
+
+    class ReplayBuffer:
+        def sample(self, global_steps, partition_id, batch_size):
+            return queue.batch(partition_id), {}
+
+    def verl_validate(self):
+        batch, _ = self.replay_buffer.sample(global_steps=1, partition_id="val", batch_size=4)
+        transfer_queue.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
+        return {"val-core/unit/reward/mean@1": 0.0}
+
+    trainer = type("Trainer", (), {})()
+    trainer.replay_buffer = ReplayBuffer()
+    metrics = trainer_metrics._wrap_v1_validate(verl_validate)(trainer)
+
+    assert queue.partitions["val"] == {}
+    assert metrics["val-core/unit/reward/mean@1"] == 0.0
+    assert metrics["val-aux/rollback/trajectories"] == 4
+    assert metrics["val-aux/rollback/enabled_fraction"] == 0.0  # SAAR is off in validation by default
+    assert metrics["val-aux/tool_calls/failure_reason/exception"] == 2
+    assert "sample" not in vars(trainer.replay_buffer)  # the class's method is back
+
+
+def test_fetch_extra_fields_reads_the_transfer_queue_format(queue):
+    rows = [{"saar_tool_calls": 2, "saar_rollback_events": [{"mode": "deep"}]}, {"saar_tool_calls": 0, "saar_rollback_events": []}]
+    fields = tu.list_of_dict_to_tensordict([{"extra_fields": row, "prompts": torch.tensor([1, 2])} for row in rows])
+    asyncio.run(queue.async_kv_batch_put(keys=["a_0_0", "b_0_0"], fields=fields, tags=[{}, {}], partition_id="train"))
+    assert trainer_metrics.fetch_extra_fields(["a_0_0", "b_0_0"], "train") == rows
+    assert trainer_metrics.fetch_extra_fields([], "train") == []
+    assert np.array_equal(queue.partitions["train"]["a_0_0"]["prompts"], [1, 2])
