@@ -10,6 +10,7 @@ variants are kept for compatibility. A full queue or an unreachable Redis answer
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -57,6 +58,7 @@ def create_app(settings: JudgeSettings) -> FastAPI:
         return verdicts
 
     def batch_body(sub_id: str | int | None, verdicts: list[bytes]) -> Response:
+        sub_id = str(uuid.uuid4()) if sub_id is None else sub_id
         body = b'{"sub_id":' + orjson.dumps(sub_id) + b',"results":[' + b",".join(verdicts) + b"]}"
         return Response(body, media_type=_JSON)
 

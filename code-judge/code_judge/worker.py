@@ -25,6 +25,9 @@ from code_judge.verdict import INTERNAL_ERROR, JobSpec, execution_verdict, servi
 logger = logging.getLogger(__name__)
 
 _TAKE_BLOCK_S = 1.0  # how often an idle worker looks at its stop flag
+_SUPERVISE_INTERVAL_S = 0.5
+_STABLE_AFTER_S = 10.0  # a worker that dies sooner counts as failing to start
+_MAX_RESPAWN_DELAY_S = 30.0
 _REDIS_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
 
 
@@ -142,10 +145,16 @@ def worker_process_main(settings: JudgeSettings, worker_id: str, sandbox_factory
 class _Child:
     worker_id: str
     process: multiprocessing.process.BaseProcess
+    started_at: float
+    respawn_at: float | None = None  # set once it has died and been reaped
 
 
 class WorkerGroup:
-    """Keeps `count` worker processes alive; a dead worker's leased job is re-queued at once."""
+    """Keeps `count` worker processes alive; a dead worker's leased job is re-queued at once.
+
+    Workers that keep dying right after they start (a sandbox that cannot come up, say) are respawned with
+    exponential backoff instead of in a tight loop.
+    """
 
     def __init__(self, settings: JudgeSettings, count: int, sandbox_factory: SandboxFactory, sandbox_mode: str):
         if settings.redis_uri is None:
@@ -156,6 +165,7 @@ class WorkerGroup:
         self._mode = sandbox_mode
         self._context = multiprocessing.get_context("spawn")
         self._children: list[_Child] = []
+        self._quick_deaths = 0
         self._stop = threading.Event()
         self._client = connect_sync(settings.redis_uri, settings.redis_socket_timeout)
         self._keys = QueueKeys(settings.redis_key_prefix)
@@ -165,7 +175,7 @@ class WorkerGroup:
 
     @property
     def pids(self) -> list[int]:
-        return [c.process.pid for c in self._children if c.process.pid is not None]
+        return [c.process.pid for c in self._children if c.process.pid is not None and c.respawn_at is None]
 
     def _spawn(self) -> _Child:
         worker_id = new_worker_id(self._mode)
@@ -173,7 +183,7 @@ class WorkerGroup:
             target=worker_process_main, args=(self._settings, worker_id, self._factory), name=f"judge-{worker_id}"
         )
         process.start()
-        return _Child(worker_id, process)
+        return _Child(worker_id, process, time.monotonic())
 
     def start(self) -> None:
         self._children = [self._spawn() for _ in range(self._count)]
@@ -183,16 +193,31 @@ class WorkerGroup:
         while not self._stop.is_set():
             if tick is not None:
                 tick()
-            sentinels = [c.process.sentinel for c in self._children]
-            multiprocessing.connection.wait(sentinels, timeout=0.5)
+            now = time.monotonic()
+            live = [c.process.sentinel for c in self._children if c.respawn_at is None]
+            respawns = [c.respawn_at for c in self._children if c.respawn_at is not None]
+            multiprocessing.connection.wait(live, timeout=min([_SUPERVISE_INTERVAL_S, *(t - now for t in respawns)]))
             if self._stop.is_set():
                 break
             for index, child in enumerate(self._children):
-                if child.process.is_alive():
-                    continue
-                logger.warning("worker %s exited with %s; replacing it", child.worker_id, child.process.exitcode)
-                self._reap(child.worker_id)
-                self._children[index] = self._spawn()
+                if child.respawn_at is None and not child.process.is_alive():
+                    self._reap(child.worker_id)
+                    child.respawn_at = time.monotonic() + self._respawn_delay(child)
+                if child.respawn_at is not None and time.monotonic() >= child.respawn_at:
+                    self._children[index] = self._spawn()
+
+    def _respawn_delay(self, child: _Child) -> float:
+        lifetime = time.monotonic() - child.started_at
+        self._quick_deaths = self._quick_deaths + 1 if lifetime < _STABLE_AFTER_S else 0
+        delay = 0.0 if self._quick_deaths == 0 else min(_MAX_RESPAWN_DELAY_S, 0.5 * 2 ** (self._quick_deaths - 1))
+        logger.warning(
+            "worker %s exited with %s after %.1f s; replacing it in %.1f s",
+            child.worker_id,
+            child.process.exitcode,
+            lifetime,
+            delay,
+        )
+        return delay
 
     def _reap(self, worker_id: str) -> None:
         try:
@@ -207,7 +232,7 @@ class WorkerGroup:
     def stop(self, grace_s: float) -> None:
         self._stop.set()
         for child in self._children:
-            if child.process.is_alive():
+            if child.respawn_at is None and child.process.is_alive():
                 child.process.terminate()
         deadline = time.monotonic() + grace_s
         for child in self._children:

@@ -77,6 +77,12 @@ async def test_more_concurrent_requests_than_redis_connections(judge):
     assert all(r.json()["success"] for r in responses)
 
 
+def test_missing_sub_ids_are_generated(client):
+    answer = client.post("/judge/batch", json={"type": "batch", "submissions": [{"type": "python", "solution": "1"}]})
+    batch_id, item_id = answer.json()["sub_id"], answer.json()["results"][0]["sub_id"]
+    assert len({batch_id, item_id}) == 2 and all(len(i) == 36 for i in (batch_id, item_id))
+
+
 def test_infinite_loop_is_stopped_at_the_time_limit(client):
     verdict = client.post("/run", json={"type": "python", "solution": "while True:\n    pass"}).json()
     assert verdict["reason"] == "worker_timeout" and verdict["run_success"] is False
