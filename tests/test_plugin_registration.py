@@ -121,3 +121,46 @@ def test_agent_loop_yaml_with_a_bad_target_fails_the_check(tmp_path):
     not_a_loop.write_text("- name: cleaner_tool_agent\n  _target_: cleaner.metrics.SaarStatsError\n")
     assert "not a verl ToolAgentLoop subclass" in plugin.check_agent_loop_config(not_a_loop).detail
     assert "file not found" in plugin.check_agent_loop_config(tmp_path / "missing.yaml").detail
+
+
+def compose_rollout(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo import ray_trainer
+
+    config_dir = Path(ray_trainer.__file__).resolve().parent.parent / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        config = compose("ppo_trainer", overrides=["actor_rollout_ref.rollout.name=sglang", *overrides])
+    return config.actor_rollout_ref.rollout
+
+
+REFERENCE_OVERRIDES = [
+    "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True",
+    "+actor_rollout_ref.rollout.multi_turn.max_tool_retries=2",
+    "+actor_rollout_ref.rollout.multi_turn.rollback_probability=0.5",
+]
+
+
+def test_reference_overrides_need_the_saar_multi_turn_schema():
+    """verl 0.9.1 converts multi_turn into its MultiTurnConfig dataclass (every worker does) and rejects extra keys."""
+    from hydra.errors import InstantiationException
+    from verl.utils.config import omega_conf_to_dataclass
+
+    with pytest.raises(InstantiationException, match="enable_tool_rollback"):
+        omega_conf_to_dataclass(compose_rollout(REFERENCE_OVERRIDES))
+
+    rollout = omega_conf_to_dataclass(
+        compose_rollout([f"actor_rollout_ref.rollout.multi_turn._target_={plugin.MULTI_TURN_TARGET}", *REFERENCE_OVERRIDES])
+    )
+    multi_turn = rollout.multi_turn
+    assert isinstance(multi_turn, plugin.SaarMultiTurnConfig)
+    assert (multi_turn.enable_tool_rollback, multi_turn.max_tool_retries, multi_turn.rollback_probability) == (True, 2, 0.5)
+    assert multi_turn.rollback_similarity is None  # unset: the agent loop applies SaarConfig's default
+    assert multi_turn.format == "hermes"  # verl's own fields are untouched
+
+    with pytest.raises(InstantiationException, match="enable_tool_rolback"):  # a typo is still rejected
+        omega_conf_to_dataclass(
+            compose_rollout(
+                [f"actor_rollout_ref.rollout.multi_turn._target_={plugin.MULTI_TURN_TARGET}", "+actor_rollout_ref.rollout.multi_turn.enable_tool_rolback=True"]
+            )
+        )
+
