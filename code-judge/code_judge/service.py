@@ -136,10 +136,16 @@ class JudgeService:
             waiting.append((index, key, future))
             payloads.append(payload)
         if payloads:
-            await self._enqueue(payloads, [key for _, key, _ in waiting])
+            keys = [key for _, key, _ in waiting]
+            await self._enqueue(payloads, keys)
             self.metrics.pending.set(len(self._pending))
-            done, _ = await asyncio.wait([f for _, _, f in waiting], timeout=max(0.0, deadline - time.time()))
-            for index, key, future in waiting:
+            try:
+                done, _ = await asyncio.wait([f for _, _, f in waiting], timeout=max(0.0, deadline - time.time()))
+            finally:
+                # Answered, timed out, or the request was cancelled: nobody waits for what is left any more.
+                self._forget(keys)
+                self.metrics.pending.set(len(self._pending))
+            for index, _, future in waiting:
                 if future in done and future.exception() is not None:
                     message = str(future.exception())
                     verdicts[index] = self._service_verdict(
@@ -148,12 +154,10 @@ class JudgeService:
                 elif future in done:
                     verdicts[index] = self._finished_verdict(specs[index], future.result(), started)
                 else:
-                    self._pending.pop(key, None)
                     message = f"no verdict within the request's deadline of {wait_s:g} s"
                     verdicts[index] = self._service_verdict(
                         specs[index], QUEUE_TIMEOUT, message, time.monotonic() - started
                     )
-            self.metrics.pending.set(len(self._pending))
         return [v for v in verdicts if v is not None]
 
     async def _enqueue(self, payloads: list[bytes], keys: list[bytes]) -> None:

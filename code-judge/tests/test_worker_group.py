@@ -1,13 +1,15 @@
-"""The worker group's supervision, with a sandbox that cannot start (real processes, real Redis)."""
+"""Workers: how one handles a job (small fake sandbox), and the group's supervision (real processes and Redis)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 
+from code_judge.execution import ExecutionResult
 from code_judge.settings import JudgeSettings
-from code_judge.worker import WorkerGroup
+from code_judge.worker import Worker, WorkerGroup
 
 
 class BrokenSandbox:
@@ -33,3 +35,36 @@ def test_workers_that_die_at_start_are_respawned_with_backoff(redis_process, cap
     assert 2 <= len(delays) <= 4
     assert delays == sorted(delays) and delays[0] == 0.5 and delays[1] == 1.0
     assert not supervisor.is_alive()
+
+
+class RecordingSandbox:
+    mode = "recording"
+
+    def __init__(self) -> None:
+        self.sources: list[str] = []
+
+    def run(self, source, stdin, limits):
+        self.sources.append(source)
+        return ExecutionResult(0, None, stdin, "", False, False, 0.01, None, None)
+
+    def close(self) -> None:
+        pass
+
+
+def job(deadline: float, **changes) -> bytes:
+    fields = dict(id="j1", reply="r", sub_id=3, code="print(input())", stdin="hi\n", expected="hi")
+    fields.update(changes, with_output=True, deadline=deadline)
+    return json.dumps(fields).encode()
+
+
+def test_worker_skips_jobs_whose_client_stopped_waiting():
+    sandbox = RecordingSandbox()
+    worker = Worker(queue=None, sandbox_factory=lambda: sandbox, settings=JudgeSettings())
+    assert worker.handle(job(deadline=time.time() - 1)) is None
+    assert sandbox.sources == []
+    reply_key, message = worker.handle(job(deadline=time.time() + 60))
+    job_id, _, body = message.partition(b" ")
+    verdict = json.loads(body)
+    assert (reply_key, job_id) == ("r", b"j1")
+    assert verdict["sub_id"] == 3 and verdict["success"] is True and verdict["stdout"] == "hi\n"
+    assert sandbox.sources == ["print(input())"]
