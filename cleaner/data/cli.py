@@ -24,6 +24,10 @@ logger = logging.getLogger(__name__)
 
 FILTERED_PARQUET = "filtered_sr.parquet"
 FILTERED_STATS = "filtered_sr.stats.jsonl"
+NO_TOOL_SUFFIX = ".notool"
+TRAIN_30K = Path("Open-AgentRL-30K") / "Open-AgentRL-30K.parquet"
+EVAL_DIR = Path("Open-AgentRL-Eval")
+EVAL_BENCHMARKS = ("aime2024", "aime2025", "gpqa-diamond", "livecodebench-v6")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prepare.add_argument("--data-source", help="data_source for rows that have none (eval files without the column)")
     prepare.set_defaults(func=run_prepare)
 
+    prepare_all = commands.add_parser(
+        "prepare-all", help="every published file (dataset/README.md layout) -> NAME.parquet and NAME.notool.parquet"
+    )
+    prepare_all.add_argument("--raw-dir", type=Path, required=True, help="holds Open-AgentRL-30K/ and Open-AgentRL-Eval/")
+    prepare_all.add_argument("--output-dir", type=Path, required=True)
+    prepare_all.add_argument("--skip-bad", action="store_true")
+    prepare_all.set_defaults(func=run_prepare_all)
+
     filt = commands.add_parser("filter", help="stratified sampling by rollout success rate")
     filt.add_argument("--dataset", type=Path, required=True, help="the dataset the stats were computed on")
     filt.add_argument("--stats", type=Path, required=True, help="stats JSONL: one record per prompt, uid = row index")
@@ -51,19 +63,52 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="'rate:ratio,...' or one bare ratio per bucket 0..attempts (default: %(default)s)",
     )
     filt.add_argument("--attempts", type=int, default=DEFAULT_ATTEMPTS, help="rollouts per prompt in the stats")
+    filt.add_argument(
+        "--prepared-dir", type=Path, help=f"also write the kept rows prepared for training: {FILTERED_PARQUET} and its no-tool twin"
+    )
     filt.set_defaults(func=run_filter)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
     config = PrepareConfig(split=args.split, use_tools=not args.no_tool, skip_bad=args.skip_bad, data_source=args.data_source)
     rows = [row for path in args.input for row in read_rows(path)]
+    return 0 if _prepare_to(rows, config, args.output) else 1
+
+
+def _prepare_to(rows: list[dict], config: PrepareConfig, output: Path) -> bool:
     try:
         result = prepare_rows(rows, config, total=len(rows))
     except BadRowError as error:
         logger.error("%s (use --skip-bad to drop such rows)", error)
-        return 1
-    write_parquet(result.rows, args.output)
-    print(f"wrote {len(result.rows)} rows to {args.output}; skipped {len(result.skipped)} bad rows")
+        return False
+    write_parquet(result.rows, output)
+    print(f"wrote {len(result.rows)} rows to {output}; skipped {len(result.skipped)} bad rows")
+    return True
+
+
+def _prepare_both(rows: list[dict], split: str, skip_bad: bool, output: Path) -> bool:
+    """`output` with tool prompts and its `.notool` twin for the no-tool baselines."""
+    no_tool = output.with_name(output.stem + NO_TOOL_SUFFIX + output.suffix)
+    return all(
+        _prepare_to(rows, PrepareConfig(split=split, use_tools=use_tools, skip_bad=skip_bad), path)
+        for use_tools, path in ((True, output), (False, no_tool))
+    )
+
+
+def single_parquet(directory: Path) -> Path:
+    """The one parquet file of an eval directory (file names differ between releases)."""
+    files = sorted(directory.glob("*.parquet"))
+    if len(files) != 1:
+        raise FileNotFoundError(f"expected exactly one .parquet file in {directory}, found {len(files)} (see dataset/README.md)")
+    return files[0]
+
+
+def run_prepare_all(args: argparse.Namespace) -> int:
+    jobs = [(args.raw_dir / TRAIN_30K, "open-agentrl-30k", "train")]
+    jobs += [(single_parquet(args.raw_dir / EVAL_DIR / name), name, "test") for name in EVAL_BENCHMARKS]
+    for source, name, split in jobs:
+        if not _prepare_both(read_rows(source), split, args.skip_bad, args.output_dir / f"{name}.parquet"):
+            return 1
     return 0
 
 
@@ -76,6 +121,8 @@ def run_filter(args: argparse.Namespace) -> int:
     write_jsonl(result.stats, args.output_dir / FILTERED_STATS)
     Console().print(bucket_table(result))
     print(f"kept {len(result.rows)} of {len(rows)} rows -> {args.output_dir / FILTERED_PARQUET}")
+    if args.prepared_dir is not None and not _prepare_both(result.rows, "train", False, args.prepared_dir / FILTERED_PARQUET):
+        return 1
     return 0
 
 

@@ -56,6 +56,9 @@ export CLEANER_ROOT
 : "${ROLLBACK_IN_VALIDATION:=$ENABLE_TOOL_ROLLBACK}"
 : "${ROLLBACK_ON_ERRORS:=}" # e.g. "[exception,syntax_error]"; empty keeps every model-error category
 : "${ROLLBACK_SEED:=0}"
+# verl builds a MultiTurnConfig dataclass from multi_turn, which rejects the SAAR keys above: this names
+# the dataclass (a MultiTurnConfig subclass with those fields) to build instead, via `_target_`.
+: "${SAAR_MULTI_TURN_CONFIG:=}"
 
 # Log-prob handling differs between CLEANER (recomputed on the purified sequence) and the baselines
 # (rollout log-probs + sequence-level importance sampling).
@@ -79,16 +82,21 @@ cleaner_hydra_list() {
     printf '[%s]' "$out"
 }
 
-# The tool yaml names the judge; a different JUDGE_URL gets a copy of it with that URL.
+# The tool yaml names the judge; a different JUDGE_URL gets a copy of it with that URL, in OUTPUT_DIR
+# (written by cleaner_run, once the run goes ahead).
 cleaner_tool_config() {
     if [[ "$JUDGE_URL" == "$CLEANER_DEFAULT_JUDGE_URL" ]]; then
         printf '%s' "$CLEANER_TOOL_CONFIG"
-        return
+    else
+        printf '%s' "$OUTPUT_DIR/python_tool.yaml"
     fi
-    local copy="$OUTPUT_DIR/python_tool.yaml"
-    mkdir -p "$OUTPUT_DIR"
-    "$PYTHON" "$CLEANER_ROOT/recipe/cleaner/compose_config.py" --write-tool-config "$CLEANER_TOOL_CONFIG" "$copy" "$JUDGE_URL" >&2
-    printf '%s' "$copy"
+}
+
+cleaner_write_tool_config() {
+    if [[ "$JUDGE_URL" != "$CLEANER_DEFAULT_JUDGE_URL" ]]; then
+        "$PYTHON" "$CLEANER_ROOT/recipe/cleaner/compose_config.py" --write-tool-config \
+            "$CLEANER_TOOL_CONFIG" "$(cleaner_tool_config)" "$JUDGE_URL" >/dev/null
+    fi
 }
 
 # Sets CLEANER_OVERRIDES: everything but the data files. MODE is `tools` (our agent loop, tool and SAAR
@@ -182,6 +190,9 @@ cleaner_overrides() {
                 "+actor_rollout_ref.rollout.multi_turn.rollback_in_validation=$ROLLBACK_IN_VALIDATION"
                 "+actor_rollout_ref.rollout.multi_turn.rollback_seed=$ROLLBACK_SEED"
             )
+            if [[ -n "$SAAR_MULTI_TURN_CONFIG" ]]; then
+                CLEANER_OVERRIDES+=("actor_rollout_ref.rollout.multi_turn._target_=$SAAR_MULTI_TURN_CONFIG")
+            fi
             if [[ -n "$ROLLBACK_ON_ERRORS" ]]; then
                 CLEANER_OVERRIDES+=("+actor_rollout_ref.rollout.multi_turn.rollback_on_errors=$ROLLBACK_ON_ERRORS")
             fi
@@ -210,8 +221,10 @@ cleaner_preflight_problems() {
     fi
 }
 
-# Runs (or, with DRY_RUN=1, composes and validates) `python -m verl.trainer.main_ppo` with the overrides in
-# CLEANER_OVERRIDES followed by "$@". Arguments before `--` are the data files to check.
+# Runs `python -m verl.trainer.main_ppo` with the overrides in CLEANER_OVERRIDES followed by "$@", after the
+# preflight checks. Arguments before `--` are the data files to check. DRY_RUN=1 composes and validates the
+# config instead; PRINT_COMMAND=1 prints the command, one argument per line, and a blank line.
+# PREFLIGHT_ONLY=1 stops after the checks.
 cleaner_run() {
     local files=()
     while [[ $# -gt 0 && "$1" != "--" ]]; do
@@ -219,12 +232,19 @@ cleaner_run() {
         shift
     done
     shift
+    if [[ "${PRINT_COMMAND:-0}" == "1" ]]; then
+        cleaner_write_tool_config
+        printf '%s\n' "$PYTHON" -m verl.trainer.main_ppo "${CLEANER_OVERRIDES[@]}" "$@"
+        echo
+        return 0
+    fi
     local problems
     problems="$(cleaner_preflight_problems "${files[@]}")"
     if [[ "${DRY_RUN:-0}" == "1" ]]; then
         if [[ -n "$problems" ]]; then
             printf 'DRY_RUN: a real run would stop here:\n%s\n' "$problems" >&2
         fi
+        cleaner_write_tool_config
         "$PYTHON" "$CLEANER_ROOT/recipe/cleaner/compose_config.py" "${CLEANER_OVERRIDES[@]}" "$@"
         return
     fi
@@ -237,7 +257,13 @@ cleaner_run() {
         return 0
     fi
     mkdir -p "$OUTPUT_DIR"
+    cleaner_write_tool_config
     "$PYTHON" -m verl.trainer.main_ppo "${CLEANER_OVERRIDES[@]}" "$@"
+}
+
+# True when this invocation really launches jobs (not DRY_RUN / PRINT_COMMAND).
+cleaner_launching() {
+    [[ "${DRY_RUN:-0}" != "1" && "${PRINT_COMMAND:-0}" != "1" && "${PREFLIGHT_ONLY:-0}" != "1" ]]
 }
 
 # Training. MODE: tools | notool. Uses TRAIN_FILES and VAL_FILES (space-separated paths).

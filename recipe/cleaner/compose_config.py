@@ -16,6 +16,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 CLEANER_AGENT = "cleaner_tool_agent"
+CONFIG_MARKER = "--- composed config ---"
 
 
 class RecipeConfigError(ValueError):
@@ -84,7 +85,6 @@ def write_tool_config(source: Path, target: Path, judge_url: str) -> None:
         tool["config"]["judge_url"] = judge_url
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(yaml.safe_dump(tools, sort_keys=False))
-    print(f"tool config for judge {judge_url}: {target}")
 
 
 def main(argv: list[str]) -> int:
@@ -102,6 +102,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # report any validation failure as one clear line, then fail
         print(f"DRY_RUN: invalid config: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    print(CONFIG_MARKER)
     print(OmegaConf.to_yaml(config))
     print(f"DRY_RUN ok: {config.trainer.experiment_name} composed and validated against the installed verl")
     return 0

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Shared part of the evaluation scripts (sourced): test-time SAAR switch, one validation-only verl run per
+# benchmark, then the results table. Uses recipe/cleaner/common.sh for everything else.
+
+if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then
+    echo "eval_common.sh is a library: source it from an evaluation script" >&2
+    exit 2
+fi
+
+: "${MODE:=tools}"
+: "${TEST_TIME_SAAR:=off}"
+case "$TEST_TIME_SAAR" in
+    on) : "${ENABLE_TOOL_ROLLBACK:=True}" "${ROLLBACK_IN_VALIDATION:=True}" "${ROLLBACK_PROBABILITY:=1.0}" ;;
+    off) : "${ENABLE_TOOL_ROLLBACK:=False}" "${ROLLBACK_IN_VALIDATION:=False}" ;;
+    *)
+        echo "TEST_TIME_SAAR must be on or off, not '$TEST_TIME_SAAR'" >&2
+        exit 2
+        ;;
+esac
+# Training-only settings still have to compose; they do not affect a validation-only run.
+: "${ACTOR_LR:=1e-6}"
+# shellcheck source=recipe/cleaner/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+: "${MODEL_PATH:?set MODEL_PATH to the model directory (Hugging Face format) to evaluate}"
+: "${EXPERIMENT_NAME:=eval-$(basename "$MODEL_PATH")-saar-$TEST_TIME_SAAR}"
+: "${OUTPUT_DIR:=$OUTPUT_ROOT/$EXPERIMENT_NAME}"
+
+# The prepared file of a benchmark (no-tool models get the prompts without tool hints).
+cleaner_eval_file() {
+    if [[ "$MODE" == "notool" ]]; then
+        printf '%s/%s.notool.parquet' "$DATA_DIR" "$1"
+    else
+        printf '%s/%s.parquet' "$DATA_DIR" "$1"
+    fi
+}
+
+cleaner_eval_benchmarks() {
+    local bench generations=()
+    for bench in $BENCHMARKS; do
+        cleaner_validate "$MODE" "$bench" "$(cleaner_eval_file "$bench")" "$@"
+        generations+=(--generations "$bench=$OUTPUT_DIR/generations/$bench")
+    done
+    cleaner_launching || return 0
+    "$PYTHON" -m cleaner.cli eval score "${generations[@]}" --output-dir "$OUTPUT_DIR" \
+        --run "model=$MODEL_PATH" --run "mode=$MODE" --run "test_time_saar=$TEST_TIME_SAAR" --run "n=$VAL_N" \
+        --run "temperature=$VAL_TEMPERATURE" --run "top_p=$VAL_TOP_P"
+}

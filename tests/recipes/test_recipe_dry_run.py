@@ -1,0 +1,202 @@
+"""Every training and evaluation recipe composes and validates against the installed verl.
+
+Each recipe prints its verl command lines (PRINT_COMMAND=1); they are composed and validated here with the
+code DRY_RUN=1 runs, in one process (verl's import is paid once). One recipe also runs DRY_RUN=1 end to end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipe" / "cleaner"
+MARKER = "--- composed config ---"
+TEST_MULTI_TURN = "recipe_saar_multi_turn.SaarMultiTurnConfig"
+
+# name -> (script, extra environment, extra Hydra overrides)
+CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
+    "qwen3_4b_cleaner": ("qwen3_4b_cleaner.sh", {}, []),
+    "qwen2.5_7b_cleaner": ("qwen2.5_7b_cleaner.sh", {}, []),
+    "qwen3_4b_dapo_tool": ("qwen3_4b_dapo_tool.sh", {}, []),
+    "qwen2.5_7b_dapo_tool": ("qwen2.5_7b_dapo_tool.sh", {}, []),
+    "qwen3_4b_dapo_notool": ("qwen3_4b_dapo_notool.sh", {}, []),
+    "qwen2.5_7b_dapo_notool": ("qwen2.5_7b_dapo_notool.sh", {}, []),
+    "eval_aime_gpqa": ("eval/eval_aime_gpqa.sh", {"TEST_TIME_SAAR": "on"}, []),
+    "eval_livecodebench": ("eval/eval_livecodebench.sh", {}, []),
+    "env_and_overrides": (
+        "qwen3_4b_cleaner.sh",
+        {"MAX_TOOL_RETRIES": "5", "ROLLBACK_SIMILARITY_THRESHOLD": "0.7", "N_GPUS_PER_NODE": "8", "NNODES": "2",
+         "WANDB_PROJECT": "my-project", "ROLLBACK_ON_ERRORS": "[exception,syntax_error]",
+         "JUDGE_URL": "http://judge.internal:9000"},
+        ["trainer.save_freq=5"],
+    ),
+    "bad_saar_knob": ("qwen3_4b_cleaner.sh", {"ROLLBACK_PROBABILITY": "1.5"}, []),
+}
+
+
+def recipe_env(tmp: Path, name: str, extra_env: dict[str, str]) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(Path(__file__).parent),
+        "SAAR_MULTI_TURN_CONFIG": TEST_MULTI_TURN,
+        "OUTPUT_ROOT": str(tmp / name),
+        "MODEL_PATH": str(tmp / "no-such-model"),
+        **extra_env,
+    }
+
+
+def recipe_commands(name: str, tmp: Path) -> list[list[str]]:
+    """The verl command lines a recipe would run (PRINT_COMMAND=1: one argument per line, blank line after each)."""
+    script, extra_env, overrides = CASES[name]
+    env = recipe_env(tmp, name, {**extra_env, "PRINT_COMMAND": "1"})
+    result = subprocess.run(["bash", str(RECIPES / script), *overrides], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    commands = [block.splitlines() for block in result.stdout.split("\n\n") if block.strip()]
+    assert commands and all(command[1:3] == ["-m", "verl.trainer.main_ppo"] for command in commands)
+    return commands
+
+
+@pytest.fixture(scope="module")
+def compose_config():
+    spec = importlib.util.spec_from_file_location("compose_config", RECIPES / "compose_config.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory, compose_config) -> dict[str, list[dict]]:
+    """Each recipe's commands, composed and validated in this process (verl is imported once)."""
+    tmp = tmp_path_factory.mktemp("dry")
+    results = {}
+    for name in CASES:
+        configs = []
+        for command in recipe_commands(name, tmp):
+            config = compose_config.compose(command[3:])
+            try:
+                compose_config.validate(config)
+            except ValueError as error:
+                configs.append(error)
+                continue
+            configs.append(yaml.safe_load(OmegaConf.to_yaml(config)))
+        results[name] = configs
+    return results
+
+
+def composed(configs: list) -> dict:
+    assert len(configs) == 1
+    assert isinstance(configs[0], dict), configs[0]
+    return configs[0]
+
+
+def test_every_recipe_has_a_dry_run_case():
+    scripts = {p.relative_to(RECIPES).as_posix() for p in [*RECIPES.glob("qwen*.sh"), *RECIPES.glob("eval/eval_*.sh")]}
+    scripts.discard("eval/eval_common.sh")
+    assert scripts == {script for script, _, _ in CASES.values()}
+
+
+def test_cleaner_4b(dry_runs):
+    config = composed(dry_runs["qwen3_4b_cleaner"])
+    rollout, actor = config["actor_rollout_ref"]["rollout"], config["actor_rollout_ref"]["actor"]
+    assert rollout["multi_turn"]["enable_tool_rollback"] is True
+    assert (rollout["multi_turn"]["max_tool_retries"], rollout["multi_turn"]["rollback_probability"]) == (3, 1.0)
+    assert rollout["multi_turn"]["tool_config_path"] == str(RECIPES / "config" / "python_tool.yaml")
+    assert rollout["agent"]["agent_loop_config_path"] == str(RECIPES / "config" / "agent_loop.yaml")
+    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (False, None)
+    assert (rollout["gpu_memory_utilization"], rollout["n"], rollout["name"]) == (0.8, 16, "sglang")
+    assert (actor["optim"]["lr"], actor["clip_ratio_high"], actor["ppo_max_token_len_per_gpu"]) == (2e-6, 0.28, 23040)
+    assert config["reward"]["custom_reward_function"]["path"] == str(ROOT / "cleaner" / "rewards" / "__init__.py")
+    assert config["reward"]["reward_kwargs"]["overlong_buffer_cfg"]["len"] == 4096
+    assert config["data"]["train_files"] == [str(ROOT / "dataset" / "prepared" / "open-agentrl-30k.parquet")]
+    assert (config["trainer"]["n_gpus_per_node"], config["trainer"]["total_epochs"]) == (4, 1)
+
+
+def test_cleaner_7b(dry_runs):
+    config = composed(dry_runs["qwen2.5_7b_cleaner"])
+    assert config["actor_rollout_ref"]["rollout"]["multi_turn"]["rollback_probability"] == 0.7
+    assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-6
+    assert config["data"]["train_files"][0].endswith("filtered_sr.parquet")
+
+
+@pytest.mark.parametrize("name", ["qwen3_4b_dapo_tool", "qwen2.5_7b_dapo_tool"])
+def test_tool_baselines_turn_saar_off(dry_runs, name):
+    config = composed(dry_runs[name])
+    rollout = config["actor_rollout_ref"]["rollout"]
+    assert rollout["multi_turn"]["enable"] is True and rollout["multi_turn"]["enable_tool_rollback"] is False
+    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (True, "sequence")
+    assert rollout["gpu_memory_utilization"] == 0.65
+
+
+@pytest.mark.parametrize("name", ["qwen3_4b_dapo_notool", "qwen2.5_7b_dapo_notool"])
+def test_no_tool_baselines(dry_runs, name):
+    config = composed(dry_runs[name])
+    multi_turn = config["actor_rollout_ref"]["rollout"]["multi_turn"]
+    assert multi_turn["enable"] is False and multi_turn["tool_config_path"] is None
+    assert "enable_tool_rollback" not in multi_turn
+    assert all(path.endswith(".notool.parquet") for path in config["data"]["val_files"])
+
+
+def test_eval_aime_gpqa_is_validation_only_with_test_time_saar(dry_runs):
+    configs = dry_runs["eval_aime_gpqa"]
+    assert [c["trainer"]["validation_data_dir"].rsplit("/", 1)[1] for c in configs] == ["aime2024", "aime2025", "gpqa-diamond"]
+    for config in configs:
+        rollout = config["actor_rollout_ref"]["rollout"]
+        assert config["trainer"]["val_only"] is True
+        assert config["data"]["val_files"] == config["data"]["train_files"]
+        assert (rollout["val_kwargs"]["n"], rollout["val_kwargs"]["temperature"], rollout["val_kwargs"]["top_p"]) == (16, 1.0, 0.6)
+        assert rollout["multi_turn"]["rollback_in_validation"] is True
+        assert rollout["multi_turn"]["enable_tool_rollback"] is True
+
+
+def test_eval_livecodebench(dry_runs):
+    config = composed(dry_runs["eval_livecodebench"])
+    rollout = config["actor_rollout_ref"]["rollout"]
+    assert rollout["val_kwargs"]["n"] == 10 and rollout["multi_turn"]["enable_tool_rollback"] is False
+    assert config["data"]["val_files"][0].endswith("livecodebench-v6.parquet")
+
+
+def test_environment_and_extra_overrides_reach_the_config(dry_runs):
+    config = composed(dry_runs["env_and_overrides"])
+    multi_turn = config["actor_rollout_ref"]["rollout"]["multi_turn"]
+    assert (multi_turn["max_tool_retries"], multi_turn["rollback_similarity_threshold"]) == (5, 0.7)
+    assert multi_turn["rollback_on_errors"] == ["exception", "syntax_error"]
+    assert (config["trainer"]["n_gpus_per_node"], config["trainer"]["nnodes"]) == (8, 2)
+    assert (config["trainer"]["project_name"], config["trainer"]["save_freq"]) == ("my-project", 5)
+    assert config["reward"]["custom_reward_function"]["reward_kwargs"]["judge_url"] == "http://judge.internal:9000"
+    tool_config = yaml.safe_load(Path(multi_turn["tool_config_path"]).read_text())
+    assert tool_config["tools"][0]["config"]["judge_url"] == "http://judge.internal:9000"
+
+
+def test_invalid_saar_knob_fails_validation_with_its_name(dry_runs):
+    [error] = dry_runs["bad_saar_knob"]
+    assert isinstance(error, ValueError)
+    assert "rollback_probability must be a number in [0, 1], got 1.5" in str(error)
+
+
+def test_dry_run_end_to_end(tmp_path):
+    """DRY_RUN=1 itself: composes, validates, prints the config, warns what a real run would miss, no GPU."""
+    env = recipe_env(tmp_path, "e2e", {"DRY_RUN": "1", "JUDGE_URL": "http://127.0.0.1:9"})  # nothing listens there
+    result = subprocess.run(["bash", str(RECIPES / "qwen3_4b_cleaner.sh")], env=env, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "DRY_RUN ok: Qwen3-4B-CLEANER" in result.stdout
+    config = yaml.safe_load(result.stdout.split(MARKER, 1)[1].rsplit("DRY_RUN ok", 1)[0])
+    assert config["actor_rollout_ref"]["rollout"]["multi_turn"]["enable_tool_rollback"] is True
+    assert "a real run would stop here" in result.stderr and "no-such-model has no config.json" in result.stderr
+    assert "judge: no answer from http://127.0.0.1:9/ping" in result.stderr
+
+
+def test_dry_run_reports_an_invalid_config_and_fails(tmp_path, compose_config, capsys):
+    [command] = recipe_commands("bad_saar_knob", tmp_path)
+    assert compose_config.main(command[3:]) == 1
+    captured = capsys.readouterr()
+    assert "DRY_RUN: invalid config: SaarConfigError" in captured.err and "got 1.5" in captured.err
+    assert "DRY_RUN ok" not in captured.out

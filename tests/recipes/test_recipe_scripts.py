@@ -1,0 +1,118 @@
+"""The recipe shell scripts outside verl: preflight checks, data preparation and filtering, shellcheck."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipe" / "cleaner"
+SAMPLES = ROOT / "dataset" / "samples"
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+
+
+def shell_scripts() -> list[Path]:
+    return sorted([*RECIPES.glob("*.sh"), *RECIPES.glob("eval/*.sh"), ROOT / "data_filter.sh", *ROOT.glob("docker/*.sh")])
+
+
+def test_shellcheck_is_clean():
+    result = subprocess.run([str(SHELLCHECK), "-x", *map(str, shell_scripts())], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def run(script: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHON": sys.executable, **env}
+    return subprocess.run(["bash", str(script), *args], env=full_env, capture_output=True, text=True, timeout=280)
+
+
+def test_preflight_names_everything_that_is_missing(tmp_path):
+    result = run(RECIPES / "qwen3_4b_cleaner.sh", {
+        "MODEL_PATH": str(tmp_path / "model"), "DATA_DIR": str(tmp_path / "data"), "JUDGE_URL": "http://127.0.0.1:9",
+        "OUTPUT_ROOT": str(tmp_path / "out"),
+    })
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "cannot start Qwen3-4B-CLEANER, missing:"
+    assert f"model: {tmp_path / 'model'} has no config.json" in lines[1]
+    assert [line.split()[1] for line in lines[2:5]] == [
+        str(tmp_path / "data" / name) for name in ("open-agentrl-30k.parquet", "aime2024.parquet", "aime2025.parquet")
+    ]
+    assert lines[5].startswith("judge: no answer from http://127.0.0.1:9/ping")
+    assert not (tmp_path / "out").exists()
+
+
+def test_preflight_passes_with_model_data_and_a_live_judge(tmp_path, judge_url):
+    model, data = tmp_path / "model", tmp_path / "data"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    data.mkdir()
+    for name in ("open-agentrl-30k", "aime2024", "aime2025"):
+        (data / f"{name}.parquet").write_bytes(b"")
+    result = run(RECIPES / "qwen3_4b_cleaner.sh", {
+        "MODEL_PATH": str(model), "DATA_DIR": str(data), "JUDGE_URL": judge_url, "PREFLIGHT_ONLY": "1",
+    })
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "preflight ok: Qwen3-4B-CLEANER"
+
+
+def test_eval_needs_a_model_path(tmp_path):
+    result = run(RECIPES / "eval" / "eval_aime_gpqa.sh", {"MODEL_PATH": "", "PRINT_COMMAND": "1"})
+    assert result.returncode != 0
+    assert "set MODEL_PATH to the model directory" in result.stderr
+
+
+def test_prepare_data_builds_every_file_from_the_published_layout(tmp_path):
+    raw = tmp_path / "raw"
+    layout = {
+        "Open-AgentRL-30K/Open-AgentRL-30K.parquet": "open-agentrl-30k",
+        "Open-AgentRL-Eval/aime2024/aime_2024_problems.parquet": "aime2024",
+        "Open-AgentRL-Eval/aime2025/aime_2025_problems.parquet": "aime2025",
+        "Open-AgentRL-Eval/gpqa-diamond/gpqa_diamond.parquet": "gpqa-diamond",
+        "Open-AgentRL-Eval/livecodebench-v6/livecodebench_v6.parquet": "livecodebench-v6",
+    }
+    for relative, sample in layout.items():
+        path = raw / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [json.loads(line) for line in (SAMPLES / f"{sample}.sample.jsonl").read_text().splitlines()]
+        pd.DataFrame(rows).to_parquet(path)
+    result = run(RECIPES / "prepare_data.sh", {"RAW_DIR": str(raw), "DATA_DIR": str(tmp_path / "prepared")})
+    assert result.returncode == 0, result.stderr
+    produced = sorted(p.name for p in (tmp_path / "prepared").iterdir())
+    assert produced == sorted(f"{name}{suffix}.parquet" for name in layout.values() for suffix in ("", ".notool"))
+    notool = pd.read_parquet(tmp_path / "prepared" / "aime2025.notool.parquet")
+    assert set(notool["agent_name"]) == {"single_turn_agent"}
+
+
+def test_data_filter_script(tmp_path):
+    env = {
+        "DATASET": str(SAMPLES / "open-agentrl-30k.sample.jsonl"),
+        "STATS": str(SAMPLES / "filter-stats.sample.jsonl"),
+        "FILTER_DIR": str(tmp_path / "filter"),
+        "DATA_DIR": str(tmp_path / "prepared"),
+    }
+    result = run(ROOT / "data_filter.sh", env, "--success_rate_ratios", "0,1,1,1,1,1,1,1,0")
+    assert result.returncode == 0, result.stderr
+    assert "kept 5 of 7 rows" in result.stdout  # buckets 0/8 and 8/8 dropped
+    kept = pd.read_parquet(tmp_path / "filter" / "filtered_sr.parquet")
+    assert sorted(kept["successes"]) == [1, 2, 3, 4, 5]
+    prepared = pd.read_parquet(tmp_path / "prepared" / "filtered_sr.parquet")
+    assert len(prepared) == 5 and set(prepared["agent_name"]) == {"cleaner_tool_agent"}
+    assert (tmp_path / "prepared" / "filtered_sr.notool.parquet").is_file()
+
+
+def test_data_filter_script_says_which_input_is_missing(tmp_path):
+    result = run(ROOT / "data_filter.sh", {"DATASET": str(tmp_path / "x.parquet"), "STATS": str(SAMPLES / "filter-stats.sample.jsonl")})
+    assert result.returncode == 1
+    assert f"missing input file(s): DATASET={tmp_path / 'x.parquet'}" in result.stderr
+
+
+@pytest.mark.parametrize("script", ["common.sh", "eval/eval_common.sh"])
+def test_libraries_refuse_to_run_directly(script):
+    result = subprocess.run(["bash", str(RECIPES / script)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "is a library" in result.stderr
