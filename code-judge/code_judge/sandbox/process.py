@@ -53,11 +53,12 @@ class ZygoteProcess:
                 f"the {config.mode} sandbox did not start within {config.startup_timeout_s} s ({self.kill()})"
             )
         logger.info(
-            "sandbox zygote %d up (%s mode, python %s, %d MiB mapped before any program)",
+            "sandbox zygote %d up (%s mode, python %s, %d MiB mapped before any program, %d MiB in huge pages)",
             self.process.pid,
             config.mode,
             ready["python"],
             ready["base_vm_bytes"] >> 20,
+            ready["huge_bytes"] >> 20,
         )
 
     def send(self, request: dict, fds: list[int]) -> None:

@@ -29,6 +29,8 @@ import types
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+MADV_COLLAPSE = 25
+HUGE_PAGE = 2 << 20
 MAX_REQUEST_BYTES = 65536
 MAX_REPORT_BYTES = 65536
 MAX_MESSAGE_CHARS = 1000
@@ -43,6 +45,28 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 def prctl(option: int, value: int) -> None:
     if LIBC.prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+
+
+def collapse_heap_into_huge_pages() -> int:
+    """Back the preloaded heap with 2 MiB pages where possible; return how many bytes were collapsed.
+
+    fork() copies one page-table entry per 4 KiB page and the child's exit frees them again, so with sympy loaded
+    (~50 MB of heap) that is most of a run's cost. A collapsed 2 MiB range is one entry to copy; a write to it
+    after fork splits only that range. MADV_COLLAPSE needs Linux 6.1; elsewhere it fails and nothing changes,
+    which only costs speed.
+    """
+    LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    collapsed = 0
+    with open("/proc/self/maps") as maps:
+        regions = [line.split() for line in maps]
+    for fields in regions:
+        low, high = (int(bound, 16) for bound in fields[0].split("-"))
+        private_writable = fields[1].startswith("rw") and fields[1][3] == "p"
+        anonymous = len(fields) < 6 or fields[5] == "[heap]"
+        start, end = (low + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), high & ~(HUGE_PAGE - 1)
+        if private_writable and anonymous and end > start and LIBC.madvise(start, end - start, MADV_COLLAPSE) == 0:
+            collapsed += end - start
+    return collapsed
 
 
 def vm_size_bytes() -> int:
@@ -73,10 +97,18 @@ class Zygote:
         # Move every preloaded object out of the collector's reach: otherwise the first full collection in a
         # child walks (and so copies, page by page) the whole inherited heap, ~40 ms with sympy loaded.
         gc.freeze()
+        self.huge_bytes = collapse_heap_into_huge_pages()
         self.base_vm_bytes = vm_size_bytes()
 
     def serve(self) -> None:
-        self.send({"ready": True, "base_vm_bytes": self.base_vm_bytes, "python": sys.version.split()[0]})
+        self.send(
+            {
+                "ready": True,
+                "base_vm_bytes": self.base_vm_bytes,
+                "huge_bytes": self.huge_bytes,
+                "python": sys.version.split()[0],
+            }
+        )
         while True:
             message, fds, _, _ = socket.recv_fds(self.sock, MAX_REQUEST_BYTES, 4)
             if not message:
