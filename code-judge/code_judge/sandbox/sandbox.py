@@ -18,6 +18,7 @@ from .process import ZygoteProcess
 logger = logging.getLogger(__name__)
 # After the zygote has killed every process of a run, its output pipes close at once; this only bounds a bug.
 DRAIN_S = 2.0
+PROCESS_SLACK = 4
 
 
 class Sandbox:
@@ -186,8 +187,9 @@ def limit_hit(reply: dict, report: dict, collector: OutputCollector, limits: Lim
         return LimitHit.MEMORY
     if report.get("errno") == errno.EFBIG:
         return LimitHit.FILE_SIZE
-    # fork() fails with EAGAIN once RLIMIT_NPROC is reached; the stray count tells it from other EAGAINs.
-    if report.get("errno") == errno.EAGAIN and reply["strays"] + 2 >= limits.max_processes:
+    # fork() fails with EAGAIN once RLIMIT_NPROC is reached; the stray count tells it from other EAGAINs. The cap
+    # also counts the zygote, the program itself and forks in flight when the program gave up, hence the slack.
+    if report.get("errno") == errno.EAGAIN and reply["strays"] + PROCESS_SLACK >= limits.max_processes:
         return LimitHit.PROCESSES
     if collector.stdout.truncated or collector.stderr.truncated:
         return LimitHit.OUTPUT
