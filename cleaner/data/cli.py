@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from pathlib import Path
 
@@ -21,6 +22,20 @@ from cleaner.data.prepare import BadRowError, PrepareConfig, prepare_rows
 from cleaner.data.records import read_rows, write_jsonl, write_parquet
 
 logger = logging.getLogger(__name__)
+
+
+def input_errors_exit_1(command):
+    """Bad input (a ValueError or a missing file) ends the command with its message and exit code 1."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (ValueError, FileNotFoundError) as error:
+            logger.error("%s", error)
+            return 1
+
+    return run
 
 FILTERED_PARQUET = "filtered_sr.parquet"
 FILTERED_STATS = "filtered_sr.stats.jsonl"
@@ -69,6 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     filt.set_defaults(func=run_filter)
 
 
+@input_errors_exit_1
 def run_prepare(args: argparse.Namespace) -> int:
     config = PrepareConfig(split=args.split, use_tools=not args.no_tool, skip_bad=args.skip_bad, data_source=args.data_source)
     rows = [row for path in args.input for row in read_rows(path)]
@@ -103,6 +119,7 @@ def single_parquet(directory: Path) -> Path:
     return files[0]
 
 
+@input_errors_exit_1
 def run_prepare_all(args: argparse.Namespace) -> int:
     jobs = [(args.raw_dir / TRAIN_30K, "open-agentrl-30k", "train")]
     jobs += [(single_parquet(args.raw_dir / EVAL_DIR / name), name, "test") for name in EVAL_BENCHMARKS]
@@ -112,6 +129,7 @@ def run_prepare_all(args: argparse.Namespace) -> int:
     return 0
 
 
+@input_errors_exit_1
 def run_filter(args: argparse.Namespace) -> int:
     ratios = parse_success_rate_ratios(args.ratios, args.attempts)
     rows = read_rows(args.dataset)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from pathlib import Path
 
 from rich.console import Console
 
+from cleaner.data.cli import input_errors_exit_1
 from cleaner.data.records import read_rows, write_jsonl
 from cleaner.evaluation.generations import Sample, load_samples
 from cleaner.evaluation.livecodebench import attach_question_ids, custom_evaluation_records, question_ids_by_ground_truth
 from cleaner.evaluation.report import results_table, summarize, write_results
 
-logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -91,6 +90,7 @@ def _report(samples: list[Sample], out_dir: Path, run: dict[str, object]) -> Non
     print(f"wrote {json_path} and {csv_path}")
 
 
+@input_errors_exit_1
 def run_score(args: argparse.Namespace) -> int:
     _report(load_all(args.generations), args.output_dir, _run_info(args))
     return 0
@@ -105,6 +105,7 @@ def _lcb_samples(args: argparse.Namespace) -> list[Sample]:
     return attach_question_ids(load_all(args.generations, sources[0]), mapping)
 
 
+@input_errors_exit_1
 def run_lcb_export(args: argparse.Namespace) -> int:
     records = custom_evaluation_records(_lcb_samples(args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -113,6 +114,7 @@ def run_lcb_export(args: argparse.Namespace) -> int:
     return 0
 
 
+@input_errors_exit_1
 def run_lcb_score(args: argparse.Namespace) -> int:
     from cleaner.evaluation.lcb_judge import score_samples_sync
 

@@ -134,3 +134,14 @@ def test_malformed_stats_line_names_the_line(tmp_path):
     path.write_text(json.dumps({"uid": "0", "data_source": "math_dapo", "successes": 2, "attempts": 4}) + "\n")
     with pytest.raises(ValueError, match=r"stats.jsonl:1: missing key\(s\) success_rate, avg_score, keep"):
         read_stats(path)
+
+
+def test_cli_reports_bad_ratios_and_exits_1(tmp_path, caplog):
+    dataset, stats = synthetic_set(tmp_path)
+    parser = argparse.ArgumentParser()
+    data_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["data", "filter", "--dataset", str(dataset), "--stats", str(stats),
+                              "--output-dir", str(tmp_path / "out"), "--success_rate_ratios", "0,1"])
+    assert args.func(args) == 1
+    assert "2 bare values given, need 9" in caplog.text
+    assert not (tmp_path / "out").exists()
