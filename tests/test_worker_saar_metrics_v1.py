@@ -60,16 +60,17 @@ class InMemoryTransferQueue:
         return KVBatchMeta(keys=keys, tags=[self.tags[partition_id][key] for key in keys], partition_id=partition_id)
 
 
-@pytest.fixture
-def queue(monkeypatch) -> InMemoryTransferQueue:
+@pytest.fixture(scope="module")
+def queue():
     fake = InMemoryTransferQueue()
-    monkeypatch.setattr(transfer_queue, "init", lambda *args, **kwargs: None)
-    for name in ("async_kv_put", "async_kv_batch_put", "kv_batch_get", "kv_clear"):
-        monkeypatch.setattr(transfer_queue, name, getattr(fake, name))
-    return fake
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transfer_queue, "init", lambda *args, **kwargs: None)
+        for name in ("async_kv_put", "async_kv_batch_put", "kv_batch_get", "kv_clear"):
+            patch.setattr(transfer_queue, name, getattr(fake, name))
+        yield fake
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def worker(queue, trainer_config, qwen3_tokenizer):
     worker = CleanerAgentLoopWorkerTQ(trainer_config, llm_client=None)
     worker.llm_client = LLMClient(ScriptedLLMServer(qwen3_tokenizer, SCRIPTS))
@@ -154,7 +155,7 @@ async def test_v1_validation_reads_each_batch_before_the_trainer_clears_it(worke
 def test_fetch_extra_fields_reads_the_transfer_queue_format(queue):
     rows = [{"saar_tool_calls": 2, "saar_rollback_events": [{"mode": "deep"}]}, {"saar_tool_calls": 0, "saar_rollback_events": []}]
     fields = tu.list_of_dict_to_tensordict([{"extra_fields": row, "prompts": torch.tensor([1, 2])} for row in rows])
-    asyncio.run(queue.async_kv_batch_put(keys=["a_0_0", "b_0_0"], fields=fields, tags=[{}, {}], partition_id="train"))
-    assert trainer_metrics.fetch_extra_fields(["a_0_0", "b_0_0"], "train") == rows
-    assert trainer_metrics.fetch_extra_fields([], "train") == []
-    assert np.array_equal(queue.partitions["train"]["a_0_0"]["prompts"], [1, 2])
+    asyncio.run(queue.async_kv_batch_put(keys=["a_0_0", "b_0_0"], fields=fields, tags=[{}, {}], partition_id="unit"))
+    assert trainer_metrics.fetch_extra_fields(["a_0_0", "b_0_0"], "unit") == rows
+    assert trainer_metrics.fetch_extra_fields([], "unit") == []
+    assert np.array_equal(queue.partitions["unit"]["a_0_0"]["prompts"], [1, 2])
