@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from verl.tools.schemas import ToolResponse
 
 from cleaner import trainer_metrics
 from cleaner.agent_loop_manager import CleanerAgentLoopWorker, _LegacyManager
@@ -233,7 +233,7 @@ def test_training_batch_carries_every_saar_column_and_the_logged_metrics(manager
     spliced = sum(int(v) for v in batch.non_tensor_batch["saar_spliced_tokens"])
     response = sum(int(v) for v in batch.non_tensor_batch["saar_response_tokens"])
     assert metrics["rollback/spliced_token_fraction"] == pytest.approx(spliced / response)
-    # the spliced tokens are real mask-1 response tokens of their rows
+    # saar_response_tokens counts exactly the real (unpadded) response tokens of each row
     assert response == int(batch.batch["attention_mask"][:, batch.batch["prompts"].shape[1]:].sum())
 
 
