@@ -9,6 +9,7 @@ variants are kept for compatibility. A full queue or an unreachable Redis answer
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -16,7 +17,9 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 import orjson
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import FastAPI, Header, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -45,6 +48,13 @@ def create_app(settings: JudgeSettings) -> FastAPI:
 
     app = FastAPI(title="code-judge", lifespan=lifespan)
     app.state.service = service
+
+    @app.exception_handler(RequestValidationError)
+    async def schema_error(_request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's own 422 body, but ASCII-escaped: the offending input may hold lone surrogates, which
+        # cannot be encoded as UTF-8 and would otherwise turn the 422 into a 500.
+        body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
+        return Response(body, status_code=422, media_type=_JSON)
 
     async def judge(endpoint: str, submissions: list[Submission], with_output: bool, timeout_s: float | None):
         started = time.perf_counter()

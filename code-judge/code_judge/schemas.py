@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
+
+
+def _encodable(text: str) -> str:
+    # JSON may carry lone surrogates ("\ud800"), which are not text: nothing could run, store or echo them.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode text: {exc.reason} at position {exc.start}") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_encodable)]
 
 
 class SubmissionType(str, Enum):
@@ -16,15 +28,15 @@ class SubmissionType(str, Enum):
 
 
 class Submission(BaseModel):
-    sub_id: str | int | None = None  # echoed back; a uuid4 when absent
+    sub_id: Text | int | None = None  # echoed back; a uuid4 when absent
     type: SubmissionType
-    solution: str
-    input: str | None = None  # stdin
-    expected_output: str | None = None
+    solution: Text
+    input: Text | None = None  # stdin
+    expected_output: Text | None = None
     options: dict[str, str] | None = None  # accepted and ignored, as upstream
 
 
 class BatchSubmission(BaseModel):
-    sub_id: str | int | None = None
+    sub_id: Text | int | None = None
     type: Literal["batch"] = "batch"
     submissions: list[Submission] = Field(min_length=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 
@@ -108,10 +109,15 @@ def test_non_python_types_get_invalid_input(client, kind):
         {"type": "python"},
         {"type": "ruby", "solution": "puts 1"},
         {"type": "python", "solution": 5},
+        {"type": "python", "solution": "print('\ud800')"},  # a lone surrogate is not text
+        {"type": "python", "solution": "print(1)", "expected_output": "\udfff"},
     ],
 )
 def test_schema_errors_are_422(client, body):
-    assert client.post("/run", json=body).status_code == 422
+    raw = json.dumps(body)  # ASCII with \u escapes, as a client in any language may send
+    response = client.post("/run", content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][0] == "body"  # FastAPI's error shape
 
 
 def test_empty_batch_is_422(client):
