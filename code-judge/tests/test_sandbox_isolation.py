@@ -17,6 +17,8 @@ from code_judge.execution import LimitHit, Limits
 from code_judge.sandbox import Sandbox, SandboxConfig, SandboxCrashed
 
 LIMITS = Limits(wall_time_s=5, cpu_time_s=5)
+# The restart tests start several zygotes; skipping the sympy warm-up keeps each start-up cheap.
+QUICK_START = SandboxConfig(warm_up=False)
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +208,7 @@ def test_program_cannot_kill_trace_or_inspect_the_zygote(sandbox):
 
 def test_zygote_killed_from_outside_mid_run_is_reported_and_replaced():
     before = set(own_children())
-    with Sandbox(SandboxConfig()) as box:
+    with Sandbox(QUICK_START) as box:
         (bwrap_pid,) = set(own_children()) - before
         assert Path(f"/proc/{bwrap_pid}/comm").read_text().strip() == "bwrap"
         killer = threading.Timer(0.3, os.kill, (bwrap_pid, signal.SIGKILL))
@@ -219,7 +221,7 @@ def test_zygote_killed_from_outside_mid_run_is_reported_and_replaced():
 
 def test_zygote_killed_while_idle_is_replaced_without_losing_the_next_run():
     before = set(own_children())
-    with Sandbox(SandboxConfig()) as box:
+    with Sandbox(QUICK_START) as box:
         (bwrap_pid,) = set(own_children()) - before
         (zygote_pid,) = children_of(bwrap_pid)
         os.kill(zygote_pid, signal.SIGKILL)
@@ -230,7 +232,7 @@ def test_zygote_killed_while_idle_is_replaced_without_losing_the_next_run():
 
 def test_frozen_zygote_is_abandoned_at_the_wall_limit_and_replaced():
     before = set(own_children())
-    with Sandbox(SandboxConfig()) as box:
+    with Sandbox(QUICK_START) as box:
         (bwrap_pid,) = set(own_children()) - before
         (zygote_pid,) = children_of(bwrap_pid)
         freezer = threading.Timer(0.2, os.kill, (zygote_pid, signal.SIGSTOP))

@@ -40,7 +40,7 @@ def test_bad_config_is_rejected():
 
 
 def test_insecure_mode_runs_programs_and_still_kills_what_they_leave_behind():
-    with Sandbox(SandboxConfig(mode="insecure")) as box:
+    with Sandbox(SandboxConfig(mode="insecure", warm_up=False)) as box:
         assert box.mode == "insecure"
         result = box.run(
             textwrap.dedent(

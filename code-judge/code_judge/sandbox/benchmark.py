@@ -27,6 +27,7 @@ PROGRAMS = {
     "print": "print('hello world')",
     "numpy+sympy": "import numpy as np, sympy as sp\nprint(np.arange(10).sum(), sp.factorint(360))",
     "exception": "x = 1\nprint(y)",
+    "sympy-solve": "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve(x**2 - 5*x + 6, x))",
 }
 
 

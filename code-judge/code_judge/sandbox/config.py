@@ -13,6 +13,7 @@ class SandboxConfig:
     python: str = "/usr/bin/python3"  # Debian's python (pyenv's lives under root's 0700 home)
     preload: tuple[str, ...] = ("math", "numpy", "sympy")
     uid: int = 65534  # unprivileged user the program runs as (used when the supervisor is root)
+    warm_up: bool = True  # exercise sympy once at start-up (+~1 s) so its lazy imports are not paid per program
     scratch_bytes: int = 256 * 1024 * 1024  # size of the private tmpfs holding each run's writable dir
     startup_timeout_s: float = 60.0  # importing the preloads on a loaded 2-core machine can take seconds
     backstop_s: float = 0.5  # how long after the wall limit the supervisor stops waiting for the zygote

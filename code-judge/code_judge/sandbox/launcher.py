@@ -41,6 +41,7 @@ def launch_spec(config: SandboxConfig, control_fd: int) -> LaunchSpec:
         "mode": config.mode,
         "control_fd": control_fd,
         "preload": list(config.preload),
+        "warm_up": config.warm_up,
         "scratch_dirs": list(SCRATCH_DIRS),
     }
     python = [config.python, "-I", "-B", "-c", ZYGOTE_SOURCE, json.dumps(zygote_config)]

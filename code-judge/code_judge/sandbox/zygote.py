@@ -47,6 +47,32 @@ def prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
 
 
+def warm_up_sympy() -> None:
+    """Exercise common sympy entry points once, so the submodules they import lazily are already loaded.
+
+    Cold, in a fresh child, `solve` costs ~100 ms and `simplify` ~500 ms of imports; warm, ~10 and ~50 ms.
+    The expression cache is cleared afterwards so no results carry over into programs.
+    """
+    import sympy as sp
+
+    x, y = sp.symbols("x y")
+    sp.solve([x + y - 2, x - y], [x, y])
+    sp.solve(x**2 - 1, x)
+    sp.integrate(x**2 * sp.sin(x), x)
+    sp.diff(sp.exp(x) * x, x)
+    sp.simplify(sp.sin(x) ** 2 + sp.cos(x) ** 2)
+    sp.factor(x**2 - 1)
+    sp.expand((x + 1) ** 3)
+    sp.limit(sp.sin(x) / x, x, 0)
+    sp.series(sp.exp(x), x, 0, 3)
+    sp.nsimplify(0.5)
+    sp.Matrix([[1, 2], [3, 4]]).inv()
+    sp.factorint(1001)
+    sp.isprime(97)
+    sp.N(sp.pi, 30)
+    sp.core.cache.clear_cache()
+
+
 def collapse_heap_into_huge_pages() -> int:
     """Back the preloaded heap with 2 MiB pages where possible; return how many bytes were collapsed.
 
@@ -94,6 +120,8 @@ class Zygote:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         for name in config["preload"]:
             importlib.import_module(name)
+        if config["warm_up"] and "sympy" in config["preload"]:
+            warm_up_sympy()
         # Move every preloaded object out of the collector's reach: otherwise the first full collection in a
         # child walks (and so copies, page by page) the whole inherited heap, ~40 ms with sympy loaded.
         gc.freeze()
