@@ -17,11 +17,11 @@ REPO = Path(__file__).resolve().parent.parent
 AGENT_LOOP_YAML = REPO / "recipe" / "cleaner" / "config" / "agent_loop.yaml"
 
 
-def run_python(code: str) -> subprocess.CompletedProcess:
+def run_python(*args: str) -> subprocess.CompletedProcess:
     """A fresh interpreter (verl loads entry points once per process, at `import verl`), default plugin policy."""
     env = {key: value for key, value in os.environ.items() if key != "VERL_USE_EXTERNAL_PLUGINS"}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -38,9 +38,7 @@ def test_entry_point_is_declared_in_the_verl_plugins_group():
 
 def test_check_cli_passes_on_a_healthy_install():
     """`--check` runs as __main__, so the registry entry it finds comes from verl's entry-point loading."""
-    result = subprocess.run(
-        [sys.executable, "-m", "cleaner.plugin", "--check"], capture_output=True, text=True, timeout=120, cwd=REPO
-    )
+    result = run_python("-m", "cleaner.plugin", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3 and all(line.startswith("ok") for line in lines), lines
@@ -49,7 +47,9 @@ def test_check_cli_passes_on_a_healthy_install():
 def test_broken_agent_loop_import_is_loud_in_every_path():
     """verl itself swallows the plugin's exception (DEBUG log); ours must still shout and refuse."""
     result = run_python(
-        """
+        "-c",
+        textwrap.dedent(
+            """
         import importlib.abc, sys
 
         class BrokenAgentLoop(importlib.abc.MetaPathFinder):
@@ -73,6 +73,7 @@ def test_broken_agent_loop_import_is_loud_in_every_path():
         except SystemExit as exit_:
             print("CHECK_EXIT:", exit_.code)
         """
+        ),
     )
     assert "IMPORT_VERL_SURVIVED" in result.stdout, result.stderr
     # 1. at `import verl`, logged at ERROR with the cause, although verl swallows the exception
