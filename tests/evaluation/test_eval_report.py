@@ -96,3 +96,29 @@ def test_a_directory_uses_its_latest_dump(tmp_path):
     )
     samples = load_samples(dump, "AIME2024")
     assert len(samples) == 1 and samples[0].problem == "z"
+
+
+def test_dump_written_by_verl_itself(tmp_path):
+    """The file verl 0.9.1's own `_write_generations` writes at the end of `_validate`."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    keys = [f"prompt-a_{i}_0" for i in range(4)] + [f"prompt-b_{i}_0" for i in range(4)]
+    acc = [True, False, False, False, True, True, True, True]
+    PPOTrainer._write_generations(
+        inputs=["question a"] * 4 + ["question b"] * 4,
+        outputs=["..."] * 8,
+        gts=["1"] * 4 + ["2"] * 4,
+        scores=[1.0 if ok else -1.0 for ok in acc],
+        reward_extra_infos_dict={
+            "reward": [1.0 if ok else -1.0 for ok in acc],
+            "acc": acc,
+            "pred": ["1", "3", "3", "4", "2", "2", "2", "5"],
+            "uid": keys,
+        },
+        dump_path=str(tmp_path),
+        global_steps=0,
+    )
+    [result] = summarize(load_samples(tmp_path, "AIME2025"))
+    assert (result.problems, result.n) == (2, 4)
+    assert result.pass_at["pass@1"] == pytest.approx((0.25 + 1.0) / 2)
+    assert result.maj_at_n == pytest.approx(0.5)  # a: "3" wins (wrong); b: "2" wins (right)
