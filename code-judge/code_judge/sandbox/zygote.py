@@ -50,7 +50,8 @@ def prctl(option: int, value: int) -> None:
 def warm_up_sympy() -> None:
     """Exercise common sympy entry points once, so the submodules they import lazily are already loaded.
 
-    Cold, in a fresh child, `solve` costs ~100 ms and `simplify` ~500 ms of imports; warm, ~10 and ~50 ms.
+    Measured cold in a fresh child, the first `solve` cost ~100 ms and the first `simplify` ~400 ms of lazy
+    imports and one-time set-up; after this warm-up, ~45 and ~50 ms.
     The expression cache is cleared afterwards so no results carry over into programs.
     """
     import sympy as sp
