@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import uvicorn
 
@@ -53,16 +55,32 @@ def _settings(args: argparse.Namespace) -> JudgeSettings:
     return settings
 
 
-def _start_workers(
-    settings: JudgeSettings, insecure: bool, tick: Callable[[], object] | None
-) -> tuple[WorkerGroup, threading.Thread]:
+@dataclass
+class _Workers:
+    group: WorkerGroup
+    supervisor: threading.Thread
+    failed: threading.Event  # supervision raised: the command shuts down and exits 1
+
+
+def _start_workers(settings: JudgeSettings, insecure: bool, tick: Callable[[], object] | None) -> _Workers:
     factory, mode = sandbox_factory(settings, insecure)
     group = WorkerGroup(settings, settings.max_workers, factory, mode)
+    failed = threading.Event()
+
+    def supervise() -> None:
+        try:
+            group.supervise(tick)
+        except Exception:
+            # Without supervision dead workers stay dead (and a dead embedded Redis stays down): stop serving.
+            logger.exception("worker supervision failed; shutting down")
+            failed.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+
     group.start()
-    thread = threading.Thread(target=group.supervise, args=(tick,), name="worker-supervisor", daemon=True)
-    thread.start()
+    supervisor = threading.Thread(target=supervise, name="worker-supervisor", daemon=True)
+    supervisor.start()
     logger.info("%d workers started (sandbox: %s)", settings.max_workers, mode)
-    return group, thread
+    return _Workers(group, supervisor, failed)
 
 
 def _serve_http(settings: JudgeSettings, host: str, port: int) -> None:
@@ -96,19 +114,19 @@ def _serve_http(settings: JudgeSettings, host: str, port: int) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     embedded: EmbeddedRedis | None = None
-    group: WorkerGroup | None = None
+    workers: _Workers | None = None
     try:
         if settings.redis_uri is None:
             embedded = EmbeddedRedis()
             settings = settings.replace(redis_uri=embedded.start())
-        group, _ = _start_workers(settings, args.insecure, None if embedded is None else embedded.restart_if_dead)
+        workers = _start_workers(settings, args.insecure, None if embedded is None else embedded.restart_if_dead)
         _serve_http(settings, args.host, args.port)
     finally:
-        if group is not None:
-            group.stop(grace_s=settings.max_execution_time + 2)
+        if workers is not None:
+            workers.group.stop(grace_s=settings.max_execution_time + 2)
         if embedded is not None:
             embedded.stop()
-    return 0
+    return 1 if workers.failed.is_set() else 0
 
 
 def cmd_api(args: argparse.Namespace) -> int:
@@ -123,16 +141,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if settings.redis_uri is None:
         raise SetupError("`code-judge worker` needs --redis-uri or REDIS_URI")
-    group, thread = _start_workers(settings, args.insecure, None)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    workers = _start_workers(settings, args.insecure, None)
     try:
-        while not stopping.wait(0.5) and thread.is_alive():
+        while not stopping.wait(1.0):  # a timed wait keeps the main thread responsive to signals
             pass
     finally:
-        group.stop(grace_s=settings.max_execution_time + 2)
-    return 0
+        workers.group.stop(grace_s=settings.max_execution_time + 2)
+    return 1 if workers.failed.is_set() else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
