@@ -126,3 +126,22 @@ def test_text_that_is_not_valid_utf8_is_the_programs_problem_not_the_sandboxs(sa
     assert broken_source.exception_type == "SyntaxError"
     broken_input = run(sandbox, "print(len(input()))", stdin="a\ud800b\n")
     assert broken_input.exit_code == 0
+
+
+def test_runs_as_a_main_script_so_multiprocessing_works(sandbox):
+    result = run(
+        sandbox,
+        """
+        import os, sys
+        from multiprocessing import Pool
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            with Pool(2) as pool:
+                print(pool.map(square, range(5)))
+            print(sys.argv == [__file__], os.getcwd() == os.environ["PWD"] == os.path.dirname(__file__))
+        """,
+    )
+    assert result.stdout == "[0, 1, 4, 9, 16]\nTrue True\n"

@@ -364,8 +364,8 @@ def prepare_child(request: dict, fds: list, workdir: str, base_vm_bytes: int) ->
     path = os.path.join(workdir, SOURCE_NAME)
     write_file(path, source)
     os.chdir(workdir)
-    os.environ["HOME"] = workdir
-    os.environ["TMPDIR"] = workdir
+    for name in ("HOME", "TMPDIR", "PWD"):
+        os.environ[name] = workdir
     reseed_preloaded_generators()
     reopen_standard_streams()
     return source, path
