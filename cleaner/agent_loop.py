@@ -43,6 +43,10 @@ from cleaner.saar.stats import SplicedSpan, TrajectoryStats
 logger = logging.getLogger(__name__)
 
 AGENT_NAME = "cleaner_tool_agent"
+# The cleaner agent-loop workers (cleaner.agent_loop_manager) put verl's per-trajectory validate flag into
+# the sampling params under this key, because verl hands agent loops no such flag; `run` strips it
+# before anything reaches the inference server.
+VALIDATE_FLAG_KEY = "__cleaner_validate__"
 # Shown to the model when a tool object itself raises: the model did nothing wrong.
 TOOL_CRASH_TEXT = "Error: the tool is temporarily unavailable."
 
@@ -171,6 +175,10 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         return finder
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        if VALIDATE_FLAG_KEY in sampling_params:
+            # A copy: verl's v1 worker shares one dict between the n sessions of a prompt.
+            sampling_params = dict(sampling_params)
+            kwargs.setdefault("validate", bool(sampling_params.pop(VALIDATE_FLAG_KEY)))
         self.policy = RollbackPolicy(self.saar_config, self._rollback_active(sampling_params, kwargs), self.stats)
         output = await super().run(sampling_params, **kwargs)
         if self.policy.open is not None:
@@ -191,7 +199,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         return True
 
     def _is_validation(self, sampling_params: dict[str, Any], kwargs: dict[str, Any]) -> bool:
-        """verl does not pass the validate flag to agent loops: use it when given, else infer it."""
+        """The validate flag from the cleaner worker (or a caller's `validate=`); without one, infer it."""
         if "validate" in kwargs:
             return bool(kwargs["validate"])
         rollout = self.rollout_config

@@ -20,12 +20,21 @@ from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from cleaner import trainer_metrics
+from cleaner.agent_loop import VALIDATE_FLAG_KEY
 from cleaner.plugin import require_registered
 
 logger = logging.getLogger(__name__)
 
 
-class CleanerAgentLoopWorker(AgentLoopWorker):
+class _ValidateFlagMixin:
+    """Hands verl's per-trajectory validate flag to the agent loop (verl passes it to no agent loop)."""
+
+    async def _run_agent_loop(self, sampling_params: dict[str, Any], trajectory: dict[str, Any], **kwargs: Any):
+        flagged = {**sampling_params, VALIDATE_FLAG_KEY: bool(trajectory["validate"])}
+        return await super()._run_agent_loop(flagged, trajectory, **kwargs)
+
+
+class CleanerAgentLoopWorker(_ValidateFlagMixin, AgentLoopWorker):
     """verl's agent-loop worker (legacy trainer) that fails at start-up if the cleaner loop is not registered."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -33,7 +42,7 @@ class CleanerAgentLoopWorker(AgentLoopWorker):
         super().__init__(*args, **kwargs)
 
 
-class CleanerAgentLoopWorkerTQ(AgentLoopWorkerTQ.__ray_actor_class__):
+class CleanerAgentLoopWorkerTQ(_ValidateFlagMixin, AgentLoopWorkerTQ.__ray_actor_class__):
     """The same check for the v1 trainer's TransferQueue worker (verl ships that one already ray.remote'd)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

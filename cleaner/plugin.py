@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 AGENT_NAME = "cleaner_tool_agent"
 PLUGIN_MODULE = "cleaner.plugin"
 AGENT_LOOP_MODULE = "cleaner.agent_loop"
+# Registers the `cleaner_lenient*` tool-call parsers, so `multi_turn.format` can name them without our tool.
+TOOL_PARSER_MODULE = "cleaner.tools.tool_parser"
 AGENT_LOOP_TARGET = f"{AGENT_LOOP_MODULE}.CleanerToolAgentLoop"
 ENTRY_POINT_GROUP = "verl.plugins"
 ENTRY_POINT_NAME = "cleaner"
@@ -63,13 +65,18 @@ class PluginError(RuntimeError):
 
 
 def register() -> None:
-    """Import the agent loop, whose `@register` decorator adds it to verl's agent-loop registry."""
+    """Import the agent loop and the tool parsers, whose decorators add them to verl's registries."""
+    for module in (AGENT_LOOP_MODULE, TOOL_PARSER_MODULE):
+        _import_loudly(module)
+
+
+def _import_loudly(module: str) -> None:
     try:
-        importlib.import_module(AGENT_LOOP_MODULE)
+        importlib.import_module(module)
     except Exception as exc:
         message = (
-            f"cleaner verl plugin: importing {AGENT_LOOP_MODULE} failed ({type(exc).__name__}: {exc}); "
-            f"agent loop '{AGENT_NAME}' is NOT registered"
+            f"cleaner verl plugin: importing {module} failed ({type(exc).__name__}: {exc}); "
+            f"agent loop '{AGENT_NAME}' and the cleaner tool parsers are NOT registered"
         )
         # verl swallows this exception at `import verl` and logs it at DEBUG only: say it loudly first.
         logger.error(message, exc_info=exc)

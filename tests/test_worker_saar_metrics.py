@@ -9,6 +9,7 @@ hooks installed, i.e. the dict the trainer hands to its tracker (console, wandb)
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -299,3 +300,22 @@ def test_worker_refuses_to_start_when_the_agent_loop_is_not_registered(monkeypat
     with pytest.raises(PluginError, match="expected 'cleaner.agent_loop.SomethingElse'"):
         CleanerAgentLoopWorker(trainer_config, llm_client=None)
 
+
+
+def test_worker_hands_the_validate_flag_to_the_loop_even_when_sampling_matches(trainer_config, qwen3_tokenizer):
+    """With identical train/val sampling the loop cannot infer validation; the cleaner worker tells it exactly."""
+    config = trainer_config.copy()
+    rollout = config.actor_rollout_ref.rollout
+    for name in ("temperature", "top_p", "top_k"):
+        rollout.val_kwargs[name] = rollout[name]
+    worker = CleanerAgentLoopWorker(config, llm_client=None)
+    server = ScriptedLLMServer(qwen3_tokenizer, SCRIPTS)
+    worker.llm_client = LLMClient(server)
+
+    async def enabled(validate: bool) -> list[int]:
+        output = await worker.generate_sequences(prompts(["P-SHALLOW"], validate=validate))
+        return [int(v) for v in output.non_tensor_batch["saar_rollback_enabled"]]
+
+    assert asyncio.run(enabled(validate=False)) == [1]
+    assert asyncio.run(enabled(validate=True)) == [0]
+    assert all("__cleaner_validate__" not in request.sampling_params for request in server.requests)
