@@ -47,7 +47,6 @@ def create_app(settings: JudgeSettings) -> FastAPI:
             await service.stop()
 
     app = FastAPI(title="code-judge", lifespan=lifespan)
-    app.state.service = service
 
     @app.exception_handler(RequestValidationError)
     async def schema_error(_request: Request, exc: RequestValidationError) -> Response:
