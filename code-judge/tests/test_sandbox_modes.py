@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -23,6 +26,39 @@ def test_missing_bubblewrap_is_explained_and_names_the_insecure_flag(monkeypatch
         check_sandbox_support(SandboxConfig())
     with pytest.raises(SandboxUnavailable, match="bubblewrap is not installed"):
         Sandbox(SandboxConfig())
+
+
+NO_USER_NAMESPACES = """
+import sys
+from code_judge.execution import Limits
+from code_judge.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, check_sandbox_support
+config = SandboxConfig(uid=0, warm_up=False)  # uid 0 is the only uid mapped in this user namespace
+try:
+    check_sandbox_support(config)
+except SandboxUnavailable as error:
+    print("check:", error)
+try:
+    Sandbox(config)
+except SandboxUnavailable as error:
+    print("start:", error)
+with Sandbox(SandboxConfig(mode="insecure", uid=0, warm_up=False)) as box:
+    print("insecure:", box.run("print(6 * 7)", "", Limits()).stdout.strip())
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_where_user_namespaces_are_refused_the_sandbox_says_why_and_only_insecure_mode_runs():
+    # A user namespace whose own limit forbids nested user namespaces: what bwrap meets on such hosts.
+    script = f"echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} -c '{NO_USER_NAMESPACES}'"
+    completed = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", script], capture_output=True, text=True, timeout=120
+    )
+    lines = completed.stdout.splitlines()
+    assert completed.returncode == 0, completed.stderr
+    assert lines[0].startswith("check: bwrap sandbox cannot run") and "namespace" in lines[0]
+    assert "mode='insecure'" in lines[0]
+    assert lines[1].startswith("start: the bwrap sandbox failed to start") and "namespace" in lines[1]
+    assert lines[2] == "insecure: 42"
 
 
 def test_missing_interpreter_or_preload_is_explained():

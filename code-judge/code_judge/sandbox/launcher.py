@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .config import SandboxConfig
@@ -52,7 +52,26 @@ def launch_spec(config: SandboxConfig, control_fd: int) -> LaunchSpec:
 
 def sandbox_user(config: SandboxConfig) -> int | None:
     # Only root can switch users; an unprivileged supervisor runs the sandbox as itself.
-    return config.uid if os.geteuid() == 0 else None
+    if os.geteuid() != 0 or config.uid == os.geteuid():
+        return None
+    return config.uid
+
+
+def start_process(spec: LaunchSpec, **popen_args) -> subprocess.Popen:
+    """Popen the spec as its user; failing to switch user or exec is SandboxUnavailable, with the reason."""
+    try:
+        return subprocess.Popen(
+            spec.argv,
+            env=spec.env,
+            user=spec.user,
+            group=spec.user,
+            extra_groups=[] if spec.user is not None else None,
+            stdin=subprocess.DEVNULL,
+            **popen_args,
+        )
+    except OSError as error:
+        who = f"uid {spec.user}" if spec.user is not None else "the current user"
+        raise SandboxUnavailable(f"cannot start {spec.argv[0]} as {who}: {error}") from error
 
 
 def bwrap_argv(config: SandboxConfig) -> list[str]:
@@ -89,24 +108,17 @@ def check_sandbox_support(config: SandboxConfig) -> None:
     probe = f"import {', '.join(config.preload)}" if config.preload else "pass"
     spec = launch_spec(config, control_fd=-1)
     argv = spec.argv[: spec.argv.index("-c") + 1] + [probe]
+    process = start_process(replace(spec, argv=argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        completed = subprocess.run(
-            argv,
-            env=spec.env,
-            user=spec.user,
-            group=spec.user,
-            extra_groups=[] if spec.user is not None else None,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=config.startup_timeout_s,
-            check=False,
-        )
+        _, stderr = process.communicate(timeout=config.startup_timeout_s)
     except subprocess.TimeoutExpired as error:
+        process.kill()
+        process.wait()
         raise SandboxUnavailable(f"the sandbox did not start within {config.startup_timeout_s} s") from error
-    if completed.returncode != 0:
-        detail = completed.stderr.decode(errors="replace").strip()[-2000:]
+    if process.returncode != 0:
+        detail = stderr.decode(errors="replace").strip()[-2000:]
         hint = f"; {INSECURE_HINT}" if config.mode == "bwrap" else ""
         raise SandboxUnavailable(
             f"{config.mode} sandbox cannot run {config.python} with {probe!r} "
-            f"(exit {completed.returncode}): {detail}{hint}"
+            f"(exit {process.returncode}): {detail}{hint}"
         )

@@ -13,7 +13,7 @@ import time
 
 from .config import SandboxConfig
 from .errors import SandboxCrashed, SandboxUnavailable
-from .launcher import launch_spec
+from .launcher import launch_spec, start_process
 
 logger = logging.getLogger(__name__)
 MAX_REPLY_BYTES = 65536
@@ -29,13 +29,8 @@ class ZygoteProcess:
         self.stderr = tempfile.TemporaryFile()
         spec = launch_spec(config, control_fd=child_sock.fileno())
         try:
-            self.process = subprocess.Popen(
-                spec.argv,
-                env=spec.env,
-                user=spec.user,
-                group=spec.user,
-                extra_groups=[] if spec.user is not None else None,
-                stdin=subprocess.DEVNULL,
+            self.process = start_process(
+                spec,
                 stdout=subprocess.DEVNULL,
                 stderr=self.stderr,
                 pass_fds=(child_sock.fileno(),),
