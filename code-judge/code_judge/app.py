@@ -55,7 +55,9 @@ def create_app(settings: JudgeSettings) -> FastAPI:
         body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
         return Response(body, status_code=422, media_type=_JSON)
 
-    async def judge(endpoint: str, submissions: list[Submission], with_output: bool, timeout_s: float | None):
+    async def judge(
+        endpoint: str, submissions: list[Submission], with_output: bool, timeout_s: float | None
+    ) -> list[bytes]:
         started = time.perf_counter()
         metrics.requests.labels(endpoint).inc()
         metrics.submissions.labels(endpoint).inc(len(submissions))
@@ -98,18 +100,14 @@ def create_app(settings: JudgeSettings) -> FastAPI:
     async def judge_one(submission: Submission, timeout_s: RequestTimeout = None) -> Response:
         return Response((await judge("/judge", [submission], False, timeout_s))[0], media_type=_JSON)
 
-    for path, with_output in (
-        ("/run/batch", True),
-        ("/judge/batch", False),
-        ("/run/long-batch", True),
-        ("/judge/long-batch", False),
-    ):
-        _add_batch_route(app, path, with_output, judge, batch_body)
+    def batch_route(path: str, with_output: bool) -> None:
+        async def batch(batch: BatchSubmission, timeout_s: RequestTimeout = None) -> Response:
+            return batch_body(batch.sub_id, await judge(path, batch.submissions, with_output, timeout_s))
+
+        app.post(path)(batch)
+
+    batch_route("/run/batch", True)
+    batch_route("/judge/batch", False)
+    batch_route("/run/long-batch", True)
+    batch_route("/judge/long-batch", False)
     return app
-
-
-def _add_batch_route(app: FastAPI, path: str, with_output: bool, judge, batch_body) -> None:
-    async def batch(batch: BatchSubmission, timeout_s: RequestTimeout = None) -> Response:
-        return batch_body(batch.sub_id, await judge(path, batch.submissions, with_output, timeout_s))
-
-    app.post(path)(batch)
