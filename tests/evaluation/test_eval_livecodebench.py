@@ -85,8 +85,7 @@ def test_call_based_tests_become_json_lines():
     assert runnable_program("class Solution: pass\n", fn_name).rstrip().endswith("print(_cleaner_json.dumps(Solution().add(*_cleaner_args)))")
 
 
-def test_scoring_on_the_real_judge(tmp_path, lcb_files, judge_url, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
+def test_scoring_on_the_real_judge(tmp_path, lcb_files, judge_url):
     dataset, dump = lcb_files
     out = tmp_path / "scored"
     assert run_cli("lcb-score", "--generations", str(dump), "--dataset", str(dataset), "--judge-url", judge_url,

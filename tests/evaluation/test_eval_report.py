@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from cleaner.evaluation import cli as eval_cli
 from cleaner.evaluation.generations import load_samples
-from cleaner.evaluation.report import summarize
+from cleaner.evaluation.report import results_table, summarize
 
 
 def run_cli(*argv: str) -> int:
@@ -40,8 +42,7 @@ def verl_dump(directory: Path) -> Path:
     return directory
 
 
-def test_verl_dump_table(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")  # rich folds wide tables to 80 columns when not on a terminal
+def test_verl_dump_table(tmp_path, capsys):
     dump = verl_dump(tmp_path / "aime24")
     out = tmp_path / "results"
     assert run_cli("score", "--generations", f"AIME2024={dump}", "--output-dir", str(out), "--run", "test_time_saar=on") == 0
@@ -60,8 +61,16 @@ def test_verl_dump_table(tmp_path, capsys, monkeypatch):
     with (out / "results.csv").open() as handle:
         [row] = list(csv.DictReader(handle))
     assert row["benchmark"] == "AIME2024" and float(row["pass@1"]) == pytest.approx(0.375) and row["maj@4"] == "0.5"
-    printed = capsys.readouterr().out
-    assert "AIME2024" in printed and "37.5" in printed
+    assert "evaluation" in capsys.readouterr().out
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(results_table(summarize(load_samples(dump, "AIME2024"))))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if "pass@1" in line)
+    row = next(line for line in lines if "AIME2024" in line)
+    cells = dict(zip(header.split("┃")[1:-1], row.split("│")[1:-1]))
+    cells = {key.strip(): value.strip() for key, value in cells.items()}
+    assert (cells["pass@1"], cells["pass@4"], cells["maj@4"], cells["saar_tool_errors"]) == ("37.5", "50.0", "50.0", "1.500")
+    assert "saar_fail_timeout" not in header  # printed table: the main SAAR columns only
 
 
 def test_rollout_jsonl_groups_by_uid_and_splits_benchmarks(tmp_path):
