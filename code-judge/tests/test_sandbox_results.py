@@ -110,6 +110,12 @@ def test_stdin_and_preloaded_modules(sandbox):
     assert first.stdout != second.stdout
 
 
+def test_reading_past_the_end_of_stdin_is_eof_not_a_hang(sandbox):
+    result = run(sandbox, "print(input())\nprint(input())", stdin="only line\n")
+    assert result.stdout == "only line\n"
+    assert (result.exception_type, result.exception_line) == ("EOFError", 2)
+
+
 def test_non_daemon_threads_finish_before_exit(sandbox):
     result = run(
         sandbox,

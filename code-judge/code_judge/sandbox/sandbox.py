@@ -117,7 +117,7 @@ class Sandbox:
         collector.pump(time.monotonic() + DRAIN_S)
         return ExecutionResult(
             exit_code=None,
-            signal=signal.SIGKILL,
+            signal=int(signal.SIGKILL),
             stdout=collector.stdout.text(),
             stderr=collector.stderr.text(),
             stdout_truncated=collector.stdout.truncated,
