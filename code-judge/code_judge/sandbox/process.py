@@ -27,16 +27,19 @@ class ZygoteProcess:
         self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # A file, not a pipe: nobody reads the zygote's stderr until it dies, so it must never block it.
         self.stderr = tempfile.TemporaryFile()
-        spec = launch_spec(config, control_fd=child_sock.fileno())
         try:
             self.process = start_process(
-                spec,
+                launch_spec(config, control_fd=child_sock.fileno()),
                 stdout=subprocess.DEVNULL,
                 stderr=self.stderr,
                 pass_fds=(child_sock.fileno(),),
                 # Its own process group, so kill() also reaches what an insecure-mode program left behind.
                 start_new_session=True,
             )
+        except SandboxUnavailable:
+            self.sock.close()
+            self.stderr.close()
+            raise
         finally:
             child_sock.close()
         try:
