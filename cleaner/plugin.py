@@ -76,7 +76,7 @@ def _import_loudly(module: str) -> None:
     except Exception as exc:
         message = (
             f"cleaner verl plugin: importing {module} failed ({type(exc).__name__}: {exc}); "
-            f"agent loop '{AGENT_NAME}' and the cleaner tool parsers are NOT registered"
+            f"agent loop '{AGENT_NAME}' is NOT registered (nor are the cleaner tool parsers)"
         )
         # verl swallows this exception at `import verl` and logs it at DEBUG only: say it loudly first.
         logger.error(message, exc_info=exc)
