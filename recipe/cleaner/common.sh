@@ -56,9 +56,6 @@ export CLEANER_ROOT
 : "${ROLLBACK_IN_VALIDATION:=$ENABLE_TOOL_ROLLBACK}"
 : "${ROLLBACK_ON_ERRORS:=}" # e.g. "[exception,syntax_error]"; empty keeps every model-error category
 : "${ROLLBACK_SEED:=0}"
-# verl builds a MultiTurnConfig dataclass from multi_turn, which rejects the SAAR keys above: this names
-# the dataclass (a MultiTurnConfig subclass with those fields) to build instead, via `_target_`.
-: "${SAAR_MULTI_TURN_CONFIG:=}"
 
 # Log-prob handling differs between CLEANER (recomputed on the purified sequence) and the baselines
 # (rollout log-probs + sequence-level importance sampling).
@@ -72,6 +69,7 @@ CLEANER_REWARD_PATH="$CLEANER_ROOT/cleaner/rewards/__init__.py"
 CLEANER_DEFAULT_JUDGE_URL="http://127.0.0.1:8088"
 # Logs the rollback/* and tool_calls/* step metrics and checks the agent loop is registered on every worker.
 CLEANER_AGENT_LOOP_MANAGER="cleaner.agent_loop_manager.CleanerAgentLoopManager"
+CLEANER_MULTI_TURN_CONFIG="cleaner.plugin.SaarMultiTurnConfig"
 
 # "a b" -> "['a','b']" (a Hydra list of paths).
 cleaner_hydra_list() {
@@ -180,6 +178,9 @@ cleaner_overrides() {
                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=$MAX_TURNS"
                 "actor_rollout_ref.rollout.multi_turn.tool_config_path=$(cleaner_tool_config)"
                 "actor_rollout_ref.rollout.agent.agent_loop_config_path=$CLEANER_AGENT_LOOP_CONFIG"
+                # verl turns multi_turn into its MultiTurnConfig dataclass, which rejects the SAAR keys below;
+                # the plugin's subclass declares them.
+                "actor_rollout_ref.rollout.multi_turn._target_=$CLEANER_MULTI_TURN_CONFIG"
                 # In RolloutConfig but not in verl's rollout.yaml, hence the `+`.
                 "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=$CLEANER_AGENT_LOOP_MANAGER"
                 "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=$ENABLE_TOOL_ROLLBACK"
@@ -190,9 +191,6 @@ cleaner_overrides() {
                 "+actor_rollout_ref.rollout.multi_turn.rollback_in_validation=$ROLLBACK_IN_VALIDATION"
                 "+actor_rollout_ref.rollout.multi_turn.rollback_seed=$ROLLBACK_SEED"
             )
-            if [[ -n "$SAAR_MULTI_TURN_CONFIG" ]]; then
-                CLEANER_OVERRIDES+=("actor_rollout_ref.rollout.multi_turn._target_=$SAAR_MULTI_TURN_CONFIG")
-            fi
             if [[ -n "$ROLLBACK_ON_ERRORS" ]]; then
                 CLEANER_OVERRIDES+=("+actor_rollout_ref.rollout.multi_turn.rollback_on_errors=$ROLLBACK_ON_ERRORS")
             fi

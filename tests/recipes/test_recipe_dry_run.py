@@ -19,7 +19,6 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipe" / "cleaner"
 MARKER = "--- composed config ---"
-TEST_MULTI_TURN = "recipe_saar_multi_turn.SaarMultiTurnConfig"
 
 # name -> (script, extra environment, extra Hydra overrides)
 CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
@@ -46,8 +45,6 @@ def recipe_env(tmp: Path, name: str, extra_env: dict[str, str]) -> dict[str, str
     return {
         **os.environ,
         "PYTHON": sys.executable,
-        "PYTHONPATH": str(Path(__file__).parent),
-        "SAAR_MULTI_TURN_CONFIG": TEST_MULTI_TURN,
         "OUTPUT_ROOT": str(tmp / name),
         "MODEL_PATH": str(tmp / "no-such-model"),
         **extra_env,
@@ -108,6 +105,7 @@ def test_cleaner_4b(dry_runs):
     config = composed(dry_runs["qwen3_4b_cleaner"])
     rollout, actor = config["actor_rollout_ref"]["rollout"], config["actor_rollout_ref"]["actor"]
     assert rollout["multi_turn"]["enable_tool_rollback"] is True
+    assert rollout["multi_turn"]["_target_"] == "cleaner.plugin.SaarMultiTurnConfig"
     assert (rollout["multi_turn"]["max_tool_retries"], rollout["multi_turn"]["rollback_probability"]) == (3, 1.0)
     assert rollout["multi_turn"]["tool_config_path"] == str(RECIPES / "config" / "python_tool.yaml")
     assert rollout["agent"]["agent_loop_config_path"] == str(RECIPES / "config" / "agent_loop.yaml")
