@@ -32,7 +32,7 @@ from verl.tools.function_tool import FunctionTool, normalize_function_tool_retur
 from verl.tools.schemas import ToolResponse
 
 from cleaner.saar.boundary import MARKERS_BY_FORMAT, BoundaryFinder, CallMarkers, markers_for_format
-from cleaner.saar.config import SaarConfig, SaarConfigError
+from cleaner.saar.config import VALIDATE_FLAG_KEY, SaarConfig, SaarConfigError
 from cleaner.saar.leak import mentions_error
 from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome
 from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
@@ -43,10 +43,6 @@ from cleaner.saar.stats import SplicedSpan, TrajectoryStats
 logger = logging.getLogger(__name__)
 
 AGENT_NAME = "cleaner_tool_agent"
-# The cleaner agent-loop workers (cleaner.agent_loop_manager) put verl's per-trajectory validate flag into
-# the sampling params under this key, because verl hands agent loops no such flag; `run` strips it
-# before anything reaches the inference server.
-VALIDATE_FLAG_KEY = "__cleaner_validate__"
 # Shown to the model when a tool object itself raises: the model did nothing wrong.
 TOOL_CRASH_TEXT = "Error: the tool is temporarily unavailable."
 

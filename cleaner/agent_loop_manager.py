@@ -20,8 +20,8 @@ from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from cleaner import trainer_metrics
-from cleaner.agent_loop import VALIDATE_FLAG_KEY
 from cleaner.plugin import require_registered
+from cleaner.saar.config import VALIDATE_FLAG_KEY
 
 logger = logging.getLogger(__name__)
 
