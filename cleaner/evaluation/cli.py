@@ -121,7 +121,8 @@ def run_lcb_score(args: argparse.Namespace) -> int:
     samples = _lcb_samples(args)
     scores = score_samples_sync(samples, args.judge_url)
     judged = [
-        Sample(**{**sample.__dict__, "correct": score.correct, "score": score.passed / score.total if score.total else 0.0})
+        # The judge decides correctness; no majority vote over program texts.
+        Sample(**{**sample.__dict__, "correct": score.correct, "score": score.passed / score.total, "answer": None})
         for sample, score in zip(samples, scores, strict=True)
     ]
     args.output_dir.mkdir(parents=True, exist_ok=True)

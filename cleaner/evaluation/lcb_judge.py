@@ -20,7 +20,7 @@ class ProgramScore:
 
     @property
     def correct(self) -> bool:
-        return self.total > 0 and self.passed == self.total
+        return self.passed == self.total
 
 
 async def score_samples(samples: list[Sample], judge_url: str, request_timeout_s: float = 600.0) -> list[ProgramScore]:

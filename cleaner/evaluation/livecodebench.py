@@ -85,6 +85,8 @@ def hidden_tests(ground_truth: str) -> tuple[list[HiddenTest], str | None]:
     spec = json.loads(ground_truth)
     if not isinstance(spec, dict) or "inputs" not in spec or "outputs" not in spec:
         raise ValueError("LiveCodeBench ground truth must have inputs and outputs")
+    if not spec["inputs"]:
+        raise ValueError("LiveCodeBench ground truth has no tests")
     fn_name = spec.get("fn_name")
     cases = []
     for given, expected in zip(spec["inputs"], spec["outputs"], strict=True):

@@ -30,6 +30,7 @@ export CLEANER_ROOT
 : "${MAX_PROMPT_LENGTH:=2560}"
 : "${MAX_RESPONSE_LENGTH:=20480}"
 : "${MAX_TURNS:=16}"
+: "${TOOL_FORMAT:=hermes}" # verl ToolParser name; cleaner_lenient also accepts malformed calls (docs/tool.md)
 : "${CLIP_RATIO_LOW:=0.2}"
 : "${CLIP_RATIO_HIGH:=0.28}"
 : "${CLIP_RATIO_C:=10.0}"
@@ -173,7 +174,7 @@ cleaner_overrides() {
         tools)
             CLEANER_OVERRIDES+=(
                 actor_rollout_ref.rollout.multi_turn.enable=True
-                actor_rollout_ref.rollout.multi_turn.format=hermes
+                "actor_rollout_ref.rollout.multi_turn.format=$TOOL_FORMAT"
                 "actor_rollout_ref.rollout.multi_turn.max_user_turns=$MAX_TURNS"
                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=$MAX_TURNS"
                 "actor_rollout_ref.rollout.multi_turn.tool_config_path=$(cleaner_tool_config)"
@@ -293,6 +294,9 @@ cleaner_validate() {
         "data.val_files=$(cleaner_hydra_list "$file")"
         trainer.val_only=True
         trainer.val_before_train=True
+        # The benchmark doubles as the (never used) train set; it can be smaller than one batch, which
+        # would make verl size the LR schedule for zero steps.
+        trainer.total_training_steps=1
         "trainer.validation_data_dir=$OUTPUT_DIR/generations/$name"
         "trainer.logger=[console]"
     )

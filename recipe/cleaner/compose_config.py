@@ -62,9 +62,17 @@ def _validate_reward(config: DictConfig) -> None:
 
 
 def _validate_tools(config: DictConfig) -> None:
+    import cleaner.plugin  # noqa: F401  (registers the cleaner tool parsers, as `import verl` does in workers)
     from cleaner.saar.config import SaarConfig
+    from verl.experimental.agent_loop.tool_parser import ToolParser
 
-    SaarConfig.from_multi_turn(config.actor_rollout_ref.rollout.multi_turn)
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    SaarConfig.from_multi_turn(multi_turn)
+    if multi_turn.format not in ToolParser._registry:
+        raise RecipeConfigError(
+            f"actor_rollout_ref.rollout.multi_turn.format={multi_turn.format!r} is not a registered tool parser "
+            f"({', '.join(sorted(ToolParser._registry))})"
+        )
     loops = yaml.safe_load(_existing_file(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path").read_text())
     if CLEANER_AGENT not in {entry.get("name") for entry in loops or []}:
         raise RecipeConfigError(f"the agent loop config registers no {CLEANER_AGENT!r}")

@@ -96,6 +96,7 @@ def test_scoring_on_the_real_judge(tmp_path, lcb_files, judge_url):
     ]
     [result] = json.loads((out / "results.json").read_text())["benchmarks"]
     assert result["pass_at"] == {"pass@1": 0.5, "pass@2": 1.0}
+    assert result["maj_at_n"] is None and result["mean_score"] == pytest.approx((1 + 1 / 3 + 1 + 0) / 4)
     assert json.loads((out / "lcb_custom_output.json").read_text())[0]["code_list"] == [SUM_OK, SUM_WRONG]
 
 

@@ -38,6 +38,8 @@ CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
         ["trainer.save_freq=5"],
     ),
     "bad_saar_knob": ("qwen3_4b_cleaner.sh", {"ROLLBACK_PROBABILITY": "1.5"}, []),
+    "bad_tool_format": ("qwen3_4b_dapo_tool.sh", {"TOOL_FORMAT": "no_such_parser"}, []),
+    "lenient_tool_format": ("qwen3_4b_dapo_tool.sh", {"TOOL_FORMAT": "cleaner_lenient"}, []),
 }
 
 
@@ -178,6 +180,17 @@ def test_invalid_saar_knob_fails_validation_with_its_name(dry_runs):
     [error] = dry_runs["bad_saar_knob"]
     assert isinstance(error, ValueError)
     assert "rollback_probability must be a number in [0, 1], got 1.5" in str(error)
+
+
+def test_tool_format_must_be_a_registered_parser(dry_runs):
+    [error] = dry_runs["bad_tool_format"]
+    assert isinstance(error, ValueError) and "format='no_such_parser' is not a registered tool parser" in str(error)
+    assert composed(dry_runs["lenient_tool_format"])["actor_rollout_ref"]["rollout"]["multi_turn"]["format"] == "cleaner_lenient"
+
+
+def test_validation_only_runs_size_the_schedule_for_one_step(dry_runs):
+    for config in dry_runs["eval_aime_gpqa"] + dry_runs["eval_livecodebench"]:
+        assert config["trainer"]["total_training_steps"] == 1
 
 
 def test_dry_run_end_to_end(tmp_path):
