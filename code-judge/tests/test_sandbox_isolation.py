@@ -139,20 +139,21 @@ def test_sysv_ipc_objects_do_not_outlive_the_run(sandbox):
     assert leftovers.stdout == "shm 0\nsem 0\nmsg 0\n"
 
 
-def test_a_run_that_leaves_undeletable_files_gets_a_result_and_the_next_run_a_fresh_sandbox(sandbox):
-    deep = run(
-        sandbox,
-        """
-        import os
-        for _ in range(3000):  # deeper than PATH_MAX, so no path-based cleanup can reach the bottom
-            os.mkdir("d")
-            os.chdir("d")
-        print("nested")
-        """,
-    )
-    assert deep.stdout == "nested\n" and deep.exit_code == 0
-    after = run(sandbox, "import os; print(os.listdir('/tmp'), os.listdir('.'))")
-    assert after.stdout == "['run'] ['solution.py']\n"
+@pytest.mark.parametrize(
+    "litter",
+    [
+        # deeper than PATH_MAX, so no path-based clean-up can reach the bottom
+        'for _ in range(3000):\n    os.mkdir("d")\n    os.chdir("d")',
+        # more entries than the zygote removes before the verdict
+        'for i in range(12000):\n    os.close(os.open(f"/dev/shm/{i}", os.O_CREAT | os.O_WRONLY))',
+    ],
+    ids=["too-deep", "too-many"],
+)
+def test_a_run_that_leaves_a_mess_gets_a_result_and_the_next_run_a_fresh_sandbox(sandbox, litter):
+    messy = sandbox.run(f"import os\n{litter}\nprint('littered')", "", LIMITS)
+    assert messy.stdout == "littered\n" and messy.exit_code == 0
+    after = run(sandbox, "import os; print(os.listdir('/tmp'), os.listdir('.'), os.listdir('/dev/shm'))")
+    assert after.stdout == "['run'] ['solution.py'] []\n"
 
 
 def test_every_process_of_a_run_is_gone_when_the_verdict_returns(sandbox):

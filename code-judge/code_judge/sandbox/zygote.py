@@ -34,6 +34,7 @@ HUGE_PAGE = 2 << 20
 MAX_REQUEST_BYTES = 65536
 MAX_REPORT_BYTES = 65536
 MAX_MESSAGE_CHARS = 1000
+MAX_CLEANUP_ENTRIES = 10_000
 SOURCE_NAME = "solution.py"
 # The child's stdout/stderr/stdin are rebuilt on these descriptors.
 STDIN_FD, STDOUT_FD, STDERR_FD = 0, 1, 2
@@ -228,21 +229,29 @@ class Zygote:
             remove_sysv_ipc_objects()
             for scratch in self.scratch_dirs:
                 empty_directory(scratch)
-        except OSError as error:
+        except (OSError, TooMuchToClean) as error:
             # E.g. a directory nested deeper than PATH_MAX. A fresh sandbox starts with fresh scratch space.
             print(f"zygote retiring: cannot clean up after a run: {error}", file=sys.stderr, flush=True)
             return False
         return True
 
 
+class TooMuchToClean(Exception):
+    """The run left more entries than a quick clean-up can remove; a fresh sandbox is cheaper."""
+
+
 def empty_directory(top: str) -> None:
     """Remove everything under `top`, including directories the program made unreadable (it owns them)."""
-    pending, emptied = [top], []
+    pending, emptied, removed = [top], [], 0
     while pending:
         directory = pending.pop()
         os.chmod(directory, 0o700)
         emptied.append(directory)
         for entry in os.scandir(directory):
+            removed += 1
+            if removed > MAX_CLEANUP_ENTRIES:
+                # The verdict waits for this clean-up, so it must stay short whatever the program left.
+                raise TooMuchToClean(f"more than {MAX_CLEANUP_ENTRIES} files and directories left behind")
             if entry.is_dir(follow_symlinks=False):
                 pending.append(entry.path)
             else:
