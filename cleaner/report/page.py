@@ -104,7 +104,7 @@ def raw_view(record: dict[str, Any]) -> str:
         if piece["role"] == "assistant" and turn in removed and turn not in shown:
             event = removed[turn]
             shown.add(turn)
-            parts.append(f'<pre class="assistant failed">[failed attempt]\n```python\n{_e(event["failed_code"])}\n```</pre>')
+            parts.append(f'<pre class="assistant failed">[rolled-back attempt; its code:]\n{_e(event["failed_code"])}</pre>')
             parts.append(f'<pre class="context failed">{_e(event["error_text"])}</pre>')
             if event["retries"] > 1:
                 parts.append(f'<pre class="context failed">({event["retries"] - 1} more failed resample(s) not shown)</pre>')
