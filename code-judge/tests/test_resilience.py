@@ -48,13 +48,13 @@ def test_two_worker_groups_share_one_redis(launch, redis_process):
 
 def test_redis_restart_under_load_loses_nothing(launch, redis_process):
     api = launch("api", "--redis-uri", redis_process.uri).wait_http()
-    launch("worker", "--redis-uri", redis_process.uri, "--workers", "2", http=False)
-    api.wait_workers(2)
     with ThreadPoolExecutor(16) as pool:
         answers = [pool.submit(httpx.post, f"{api.url}/judge", json=sleeper(i, 0.3), timeout=60) for i in range(16)]
-        accepted = lambda: api.status()["pending"] + sum(a.done() for a in answers) >= 16  # noqa: E731
-        wait_until(accepted, 30, "all 16 requests to be queued")
-        redis_process.kill()  # everything queued in Redis is gone
+        # No workers yet, so every request is verifiably in Redis before the load starts.
+        wait_until(lambda: api.status()["queue"] == 16, 30, "all 16 requests to be queued")
+        launch("worker", "--redis-uri", redis_process.uri, "--workers", "2", http=False)
+        wait_until(lambda: sum(a.done() for a in answers) >= 2, 60, "the workers to be busy")
+        redis_process.kill()  # everything queued or leased in Redis is gone
         started = time.monotonic()
         refused = httpx.post(f"{api.url}/judge", json=sleeper(99, 0), headers={"X-Request-Timeout": "2"}, timeout=10)
         assert refused.status_code == 503 and refused.headers["Retry-After"]
