@@ -88,12 +88,12 @@ def prepare_row(row: dict[str, Any], row_number: int, config: PrepareConfig) -> 
         raise BadRowError(row_number, str(exc)) from exc
     builder = _BUILDERS[rule.kind]
     try:
-        content, ability, ground_truth, question_id = builder(row, config.use_tools, rule.numeric_answer)
+        messages, ability, ground_truth, question_id = builder(row, config.use_tools, rule.numeric_answer)
     except (KeyError, TypeError, ValueError) as exc:
         raise BadRowError(row_number, f"data_source {data_source!r}: {_describe(exc)}") from exc
     return {
         "data_source": str(data_source),
-        "prompt": [{"role": "user", "content": content}],
+        "prompt": messages,
         "ability": ability,
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": {"index": row_number, "split": config.split, "question_id": question_id},
@@ -105,15 +105,21 @@ def _describe(exc: Exception) -> str:
     return f"missing column {exc}" if isinstance(exc, KeyError) else str(exc)
 
 
-def _user_text(row: dict[str, Any]) -> str:
-    """The problem statement of a training row: its last user message (the published rows have one)."""
+def _with_hints(row: dict[str, Any], hints: str) -> list[dict[str, str]]:
+    """A training row's chat messages, with the hints appended to its last user message."""
     messages = row["prompt"]
-    if not isinstance(messages, list) or not messages:
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ValueError("prompt is not a non-empty list of chat messages")
-    user_turns = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    if not user_turns or not str(user_turns[-1].get("content", "")).strip():
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if last_user is None or not str(messages[last_user].get("content") or "").strip():
         raise ValueError("prompt has no non-empty user message")
-    return str(user_turns[-1]["content"])
+    result = [{"role": str(m["role"]), "content": str(m.get("content") or "")} for m in messages]
+    result[last_user]["content"] += hints
+    return result
+
+
+def _user(content: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": content}]
 
 
 def _ground_truth_field(row: dict[str, Any]) -> Any:
@@ -156,13 +162,13 @@ def code_tests_json(value: Any) -> str:
 def _math(row, use_tools, numeric_answer):
     ground_truth = _answer_text(_ground_truth_field(row), "ground_truth")
     hints = (TOOL_HINT if use_tools else "") + BOXED_HINT + (NUMERIC_HINT if numeric_answer else "")
-    return _user_text(row) + hints, str(row.get("ability") or "math"), ground_truth, None
+    return _with_hints(row, hints), str(row.get("ability") or "math"), ground_truth, None
 
 
 def _code(row, use_tools, _numeric_answer):
     ground_truth = code_tests_json(_ground_truth_field(row))
     hints = (CODE_TOOL_HINT if use_tools else "") + CODE_SUBMIT_HINT
-    return _user_text(row) + hints, str(row.get("ability") or "code"), ground_truth, None
+    return _with_hints(row, hints), str(row.get("ability") or "code"), ground_truth, None
 
 
 def _aime(row, use_tools, _numeric_answer):
@@ -172,7 +178,7 @@ def _aime(row, use_tools, _numeric_answer):
         raise ValueError(f"AIME answer {answer!r} is not an integer from 0 to 999")
     answer = str(int(answer))
     content = math_intro() + _answer_text(problem, "problem") + (TOOL_HINT if use_tools else "") + BOXED_HINT
-    return content, "math", answer, None
+    return _user(content), "math", answer, None
 
 
 def _gpqa(row, use_tools, _numeric_answer):
@@ -184,7 +190,7 @@ def _gpqa(row, use_tools, _numeric_answer):
         math_intro(domain) + _answer_text(row["problem"], "problem") + (TOOL_HINT if use_tools else "")
         + BOXED_HINT + LETTER_HINT
     )
-    return content, domain, letter, None
+    return _user(content), domain, letter, None
 
 
 def _livecodebench(row, use_tools, _numeric_answer):
@@ -202,7 +208,7 @@ def _livecodebench(row, use_tools, _numeric_answer):
     content = (
         _answer_text(row["problem"], "problem") + io_hint + (CODE_TOOL_HINT if use_tools else "") + CODE_SUBMIT_HINT
     )
-    return content, str(row.get("ability") or "code"), ground_truth, str(question_id)
+    return _user(content), str(row.get("ability") or "code"), ground_truth, str(question_id)
 
 
 _BUILDERS = {

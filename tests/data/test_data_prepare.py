@@ -41,6 +41,14 @@ def test_training_rows_get_the_hint_of_their_own_source():
     assert [row["extra_info"]["index"] for row in result.rows] == list(range(7))
 
 
+def test_other_messages_are_kept_and_the_last_user_message_gets_the_hints():
+    row = read_rows(SAMPLES / "open-agentrl-30k.sample.jsonl")[2]
+    row["prompt"] = [{"role": "system", "content": "Be careful."}, *row["prompt"]]
+    [prepared] = prepare_rows([row], PrepareConfig()).rows
+    assert prepared["prompt"][0] == {"role": "system", "content": "Be careful."}
+    assert prepared["prompt"][1]["content"].startswith("What is the sum") and prepared["prompt"][1]["content"].endswith(NUMERIC_HINT)
+
+
 def test_no_tool_variant_drops_tool_hints_and_uses_the_single_turn_agent():
     result = prepare_rows(read_rows(SAMPLES / "aime2024.sample.jsonl"), PrepareConfig(split="test", use_tools=False))
     assert all(TOOL_HINT not in content(row) and BOXED_HINT in content(row) for row in result.rows)
