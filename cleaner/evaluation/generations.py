@@ -73,6 +73,9 @@ def sample_from_record(record: dict[str, Any], benchmark: str | None, where: str
     name = benchmark or record.get("data_source")
     if not name:
         raise ValueError(f"{where}: no data_source in the record; label the file (NAME=PATH)")
+    if isinstance(record.get("saar"), bool):
+        # `cleaner rollout --saar both` writes both modes into one file: they are separate results.
+        name = f"{name} (SAAR {'on' if record['saar'] else 'off'})"
     if "acc" not in record:
         raise ValueError(f"{where}: no `acc` field (the reward function must return acc)")
     extra = record.get("extra_info") if isinstance(record.get("extra_info"), dict) else {}

@@ -88,6 +88,17 @@ def test_rollout_jsonl_groups_by_uid_and_splits_benchmarks(tmp_path):
     assert results["gpqa_diamond"].pass_at["pass@1"] == 1.0 and results["gpqa_diamond"].problems == 1
 
 
+def test_rollout_records_of_both_saar_modes_are_reported_apart(tmp_path):
+    path = tmp_path / "rollout.jsonl"
+    records = [
+        {"data_source": "AIME2024", "uid": "p1", "saar": saar, "score": 1.0, "acc": ok, "pred": "1"}
+        for saar, ok in ((True, True), (True, True), (False, False), (False, True))
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    results = {r.benchmark: r.pass_at["pass@1"] for r in summarize(load_samples(path))}
+    assert results == {"AIME2024 (SAAR on)": 1.0, "AIME2024 (SAAR off)": 0.5}
+
+
 def test_records_without_a_benchmark_or_acc_are_rejected(tmp_path):
     path = tmp_path / "0.jsonl"
     path.write_text(json.dumps({"input": "q", "output": "a", "score": 1.0, "acc": True, "uid": "x_0_0"}) + "\n")
