@@ -104,10 +104,10 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(argv[1:])
         write_tool_config(args.source, args.target, args.judge_url)
         return 0
-    config = compose(argv)
     try:
+        config = compose(argv)
         validate(config)
-    except Exception as exc:  # report any validation failure as one clear line, then fail
+    except Exception as exc:  # a bad override or any validation failure: one line naming it, exit 1
         print(f"DRY_RUN: invalid config: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(CONFIG_MARKER)

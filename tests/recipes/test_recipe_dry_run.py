@@ -211,3 +211,8 @@ def test_dry_run_reports_an_invalid_config_and_fails(tmp_path, compose_config, c
     captured = capsys.readouterr()
     assert "DRY_RUN: invalid config: SaarConfigError" in captured.err and "got 1.5" in captured.err
     assert "DRY_RUN ok" not in captured.out
+
+
+def test_dry_run_names_an_unknown_override(compose_config, capsys):
+    assert compose_config.main(["actor_rollout_ref.rollout.no_such_key=1"]) == 1
+    assert "DRY_RUN: invalid config: ConfigCompositionException" in capsys.readouterr().err
