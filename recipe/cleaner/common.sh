@@ -260,7 +260,7 @@ cleaner_run() {
     "$PYTHON" -m verl.trainer.main_ppo "${CLEANER_OVERRIDES[@]}" "$@"
 }
 
-# True when this invocation really launches jobs (not DRY_RUN / PRINT_COMMAND).
+# True when this invocation really launches jobs (not DRY_RUN, PRINT_COMMAND or PREFLIGHT_ONLY).
 cleaner_launching() {
     [[ "${DRY_RUN:-0}" != "1" && "${PRINT_COMMAND:-0}" != "1" && "${PREFLIGHT_ONLY:-0}" != "1" ]]
 }
