@@ -23,12 +23,13 @@ $(VENV)/.setup-done: pyproject.toml code-judge/pyproject.toml constraints.txt Ma
 	touch $@
 
 # redis-server and bubblewrap for code-judge; Debian's python3 with numpy/sympy runs inside the sandbox;
-# chromium renders the report in its browser test.
+# chromium renders the report in its browser test; the recipes' preflight checks use curl.
 system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
 	/usr/bin/python3 -c "import numpy" 2>/dev/null || missing="$$missing python3-numpy"; \
 	/usr/bin/python3 -c "import sympy" 2>/dev/null || missing="$$missing python3-sympy"; \
 	if [ -n "$$missing" ]; then \
