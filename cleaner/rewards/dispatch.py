@@ -11,6 +11,7 @@ from cleaner.rewards.config import RewardConfig
 from cleaner.rewards.gpqa_reward import score_gpqa
 from cleaner.rewards.math_reward import score_math
 from cleaner.rewards.result import RewardResult
+from cleaner.saar.stats import SCALAR_EXTRA_FIELD_KEYS
 
 
 class RewardKind(str, Enum):
@@ -74,7 +75,19 @@ async def compute_score(
         result = await _score(kind, str(solution_str), ground_truth, config)
     except ValueError as exc:
         raise ValueError(f"data_source {data_source!r}: {exc}") from exc
-    return result.to_dict()
+    return {**result.to_dict(), **saar_statistics(extra_info)}
+
+
+def saar_statistics(extra_info: dict[str, Any] | None) -> dict[str, Any]:
+    """The agent loop's scalar `saar_*` statistics, when verl passed them in `extra_info`.
+
+    Returned with the score, they become reward_extra_info columns: verl then logs them per data source in
+    validation and writes them into its generation dumps, which `cleaner eval` summarises. They are present
+    for every row of a batch or for none, as verl needs (the SAAR loop sets all of them on every trajectory).
+    """
+    if not extra_info:
+        return {}
+    return {key: extra_info[key] for key in SCALAR_EXTRA_FIELD_KEYS if key in extra_info}
 
 
 async def _score(kind: RewardKind, solution_str: str, ground_truth: Any, config: RewardConfig) -> RewardResult:

@@ -43,6 +43,8 @@ EXTRA_FIELD_KEYS: tuple[str, ...] = (
     PREFIX + "spliced_spans",
     PREFIX + "rollback_events",
 )
+# The numeric keys (counters, fraction, flag): what can be averaged and logged; the rest is provenance.
+SCALAR_EXTRA_FIELD_KEYS: tuple[str, ...] = EXTRA_FIELD_KEYS[:-2]
 
 
 @dataclass(frozen=True)

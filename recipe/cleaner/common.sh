@@ -148,7 +148,10 @@ cleaner_overrides() {
         "actor_rollout_ref.rollout.val_kwargs.top_p=$VAL_TOP_P"
         actor_rollout_ref.rollout.val_kwargs.do_sample=True
         "algorithm.rollout_correction.rollout_is=$ROLLOUT_IS"
-        reward.reward_manager.name=dapo
+        # verl's DAPO manager (overlong buffer) plus the agent loop's saar_* statistics in the reward's extra_info
+        reward.reward_manager.source=importlib
+        reward.reward_manager.name=CleanerDAPORewardManager
+        reward.reward_manager.module.path=pkg://cleaner.rewards.manager
         "reward.custom_reward_function.path=$CLEANER_REWARD_PATH"
         reward.custom_reward_function.name=compute_score
         "+reward.custom_reward_function.reward_kwargs.judge_url=$JUDGE_URL"

@@ -121,3 +121,62 @@ def test_verl_naive_reward_manager_scores_a_real_qwen3_trajectory(qwen3_tokenize
     output = asyncio.run(score_one())
     assert output["reward_score"] == 1.0
     assert output["reward_extra_info"]["pred"] == "0.5" and output["reward_extra_info"]["acc"] is True
+
+
+async def test_saar_statistics_in_extra_info_are_returned_with_the_score_and_provenance_is_not():
+    from cleaner.saar.stats import EXTRA_FIELD_KEYS, SCALAR_EXTRA_FIELD_KEYS, TrajectoryStats
+
+    stats = TrajectoryStats(rollback_enabled=1, tool_calls=3, rollbacks_recovered=1).to_extra_fields()
+    result = await compute_score("math_dapo", MATH_REPLY, "0.5", extra_info={"index": 7, **stats})
+    assert result["acc"] is True
+    assert {key: result[key] for key in SCALAR_EXTRA_FIELD_KEYS} == {key: stats[key] for key in SCALAR_EXTRA_FIELD_KEYS}
+    assert not set(EXTRA_FIELD_KEYS[-2:]) & set(result)  # spans and events are lists: not reward columns
+    assert "index" not in result
+    plain = await compute_score("math_dapo", MATH_REPLY, "0.5", extra_info={"index": 7})
+    assert not any(key.startswith("saar_") for key in plain)
+
+
+def test_cleaner_dapo_manager_hands_the_agent_loops_statistics_to_the_reward(qwen3_tokenizer):
+    """verl's DAPO manager drops `tool_extra_fields`; ours passes them on, so SAAR columns reach the dumps."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    from cleaner.rewards.manager import CleanerDAPORewardManager
+    from cleaner.saar.stats import TrajectoryStats
+
+    messages = [
+        {"role": "user", "content": "Half of one?"},
+        {"role": "assistant", "content": "The answer is \\boxed{0.5}."},
+    ]
+    prompt = qwen3_tokenizer.apply_chat_template(messages[:1], tokenize=True, add_generation_prompt=True, return_dict=False)
+    full = qwen3_tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
+    stats = TrajectoryStats(rollback_enabled=1, tool_calls=2, rollbacks_triggered=1, rollbacks_recovered=1).to_extra_fields()
+    config = _verl_config(str(REWARDS_INIT))
+    config.reward.reward_manager.source = "importlib"
+    config.reward.reward_manager.name = "CleanerDAPORewardManager"
+    config.reward.reward_manager.module.path = "pkg://cleaner.rewards.manager"
+
+    async def score_one() -> dict:
+        manager = load_reward_manager(config, qwen3_tokenizer)
+        assert isinstance(manager, CleanerDAPORewardManager)
+        data = DataProto.from_dict(
+            tensors={
+                "prompts": torch.tensor([prompt]),
+                "responses": torch.tensor([full[len(prompt) :]]),
+                "attention_mask": torch.ones(1, len(full), dtype=torch.long),
+            },
+            non_tensors={
+                "data_source": np.array(["AIME2025"], dtype=object),
+                "reward_model": np.array([{"ground_truth": "\\frac{1}{2}"}], dtype=object),
+                "extra_info": np.array([{"index": 0}], dtype=object),
+                "tool_extra_fields": np.array([stats], dtype=object),
+            },
+        )
+        return await manager.run_single(data)
+
+    output = asyncio.run(score_one())
+    assert output["reward_score"] == 1.0
+    info = output["reward_extra_info"]
+    assert (info["saar_tool_calls"], info["saar_rollbacks_recovered"], info["saar_rollback_enabled"]) == (2, 1, 1)
