@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from conftest import Launcher, wait_until, worker_pids
+from judge_harness import Launcher, wait_until, worker_pids
 
 TIME_LIMIT_S = 2.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import service_env
+from judge_harness import service_env
 
 
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

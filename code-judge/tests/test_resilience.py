@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from conftest import wait_until, worker_pids
+from judge_harness import wait_until, worker_pids
 
 
 def sleeper(i: int, seconds: float) -> dict:

@@ -10,7 +10,7 @@ import time
 from code_judge.execution import ExecutionResult
 from code_judge.settings import JudgeSettings
 from code_judge.worker import Worker, WorkerGroup
-from conftest import wait_until
+from judge_harness import wait_until
 
 
 class BrokenSandbox:
