@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,8 +18,8 @@ from code_judge.execution import LimitHit, Limits
 from code_judge.sandbox import Sandbox, SandboxConfig, SandboxCrashed
 
 LIMITS = Limits(wall_time_s=5, cpu_time_s=5)
-# The restart tests start several zygotes; skipping the sympy warm-up keeps each start-up cheap.
-QUICK_START = SandboxConfig(warm_up=False)
+# The restart tests start several zygotes; one zygote with only math preloaded keeps each start-up cheap.
+QUICK_START = SandboxConfig(preload=("math",), warm_up=False)
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +230,19 @@ def test_zygote_killed_while_idle_is_replaced_without_losing_the_next_run():
         while Path(f"/proc/{bwrap_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
             time.sleep(0.01)  # bwrap exits once its zygote is gone
         assert box.run("print('ran anyway')", "", LIMITS).stdout == "ran anyway\n"
+
+
+def test_heavy_zygote_killed_while_idle_is_replaced_and_the_light_one_keeps_serving():
+    before = set(own_children())
+    with Sandbox(SandboxConfig(warm_up=False)) as box:
+        # The zygote's configuration is the last argument of its bwrap command line.
+        preloads = {pid: json.loads(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[-2])["preload"]
+                    for pid in set(own_children()) - before}  # fmt: skip
+        assert sorted(preloads.values()) == [["math"], ["math", "numpy", "sympy"]]
+        (heavy_bwrap,) = [pid for pid, preload in preloads.items() if "sympy" in preload]
+        os.kill(heavy_bwrap, signal.SIGKILL)
+        assert box.run("print('light')", "", LIMITS).stdout == "light\n"
+        assert box.run("import sympy; print(sympy.factorint(12))", "", LIMITS).stdout == "{2: 2, 3: 1}\n"
 
 
 def test_frozen_zygote_is_abandoned_at_the_wall_limit_and_replaced():

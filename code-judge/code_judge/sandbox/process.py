@@ -50,10 +50,14 @@ class ZygoteProcess:
             raise SandboxUnavailable(
                 f"the {config.mode} sandbox did not start within {config.startup_timeout_s} s ({self.kill()})"
             )
+        self.base_vm_bytes: int = ready["base_vm_bytes"]
+        self.packages: frozenset[str] = frozenset(ready["packages"])
         logger.info(
-            "sandbox zygote %d up (%s mode, python %s, %d MiB mapped before any program, %d MiB in huge pages)",
+            "sandbox zygote %d up (%s mode, preloads %s, python %s, %d MiB mapped before any program, "
+            "%d MiB in huge pages)",
             self.process.pid,
             config.mode,
+            ",".join(config.preload) or "none",
             ready["python"],
             ready["base_vm_bytes"] >> 20,
             ready["huge_bytes"] >> 20,

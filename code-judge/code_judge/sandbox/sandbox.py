@@ -8,35 +8,59 @@ import math
 import os
 import signal
 import time
+from dataclasses import replace
 
 from ..execution import ExecutionResult, LimitHit, Limits
 from .capture import OutputCollector, output_pipe
 from .config import SandboxConfig
 from .errors import SandboxCrashed, SandboxError
 from .process import ZygoteProcess
+from .routing import Router
 
 logger = logging.getLogger(__name__)
 # After the zygote has killed every process of a run, its output pipes close at once; this only bounds a bug.
 DRAIN_S = 2.0
 PROCESS_SLACK = 4
+HEAVY, LIGHT = "heavy", "light"
 
 
 class Sandbox:
+    """One warm zygote with every preload, plus a light one without the heavy modules when `preload` has any.
+
+    Each program runs in the light zygote unless its source names a module only the heavy one has loaded.
+    """
+
     def __init__(self, config: SandboxConfig):
         self.config = config
         self.mode = config.mode
-        self._zygote: ZygoteProcess | None = ZygoteProcess(config)
+        self._configs = {HEAVY: config}
+        if config.light_preload is not None:
+            self._configs[LIGHT] = replace(config, preload=config.light_preload)
+        self._zygotes: dict[str, ZygoteProcess | None] = dict.fromkeys(self._configs)
+        # Every run gets the same address-space limit, whichever zygote runs it: its memory budget on top of what
+        # the largest zygote maps. So a program the router sends to the light zygote fits exactly when it would
+        # fit in the heavy one, even if it imports the heavy modules itself.
+        self._base_vm_bytes = 0
+        try:
+            for flavour in self._configs:
+                self._live_zygote(flavour)
+        except BaseException:
+            self.close()
+            raise
+        heavy, light = self._zygotes[HEAVY], self._zygotes.get(LIGHT)
+        self._router = Router(heavy.packages - light.packages if heavy is not None and light is not None else ())
 
     def run(self, source: str, stdin: str, limits: Limits) -> ExecutionResult:
         """Run one program. Any program gives a result; only the sandbox's own failures raise SandboxError."""
         check_limits(limits)
-        zygote = self._live_zygote()
+        flavour = HEAVY if LIGHT not in self._configs or self._router.needs_heavy(source) else LIGHT
+        zygote = self._live_zygote(flavour)
         try:
             pipes = self._start(zygote, source, stdin, limits)
         except SandboxCrashed as error:
             # It died before taking the program (e.g. killed while idle): nothing ran, so run it in a new one.
             logger.warning("%s; starting a new zygote", error)
-            zygote = self._live_zygote()
+            zygote = self._live_zygote(flavour)
             pipes = self._start(zygote, source, stdin, limits)
         collector = OutputCollector(*pipes, cap=limits.max_output_bytes)
         try:
@@ -46,7 +70,7 @@ class Sandbox:
             try:
                 reply = zygote.receive(deadline)
             except SandboxCrashed as error:
-                self._zygote = None
+                self._forget(zygote)
                 raise SandboxCrashed(f"the sandbox zygote died during a run: {error}") from error
             if reply is None:
                 return self._abandon(zygote, collector, time.monotonic() - started)
@@ -55,16 +79,17 @@ class Sandbox:
                 raise SandboxError("output pipes stayed open after every process of the run was killed")
             if reply["retire"]:
                 logger.warning("sandbox zygote could not clean up after a run; replacing it")
-                self._zygote = None
+                self._forget(zygote)
                 zygote.close()
             return to_result(reply, collector, limits)
         finally:
             collector.close()
 
     def close(self) -> None:
-        if self._zygote is not None:
-            self._zygote.close()
-            self._zygote = None
+        for flavour, zygote in self._zygotes.items():
+            if zygote is not None:
+                zygote.close()
+                self._zygotes[flavour] = None
 
     def __enter__(self) -> Sandbox:
         return self
@@ -72,13 +97,22 @@ class Sandbox:
     def __exit__(self, *_exc) -> None:
         self.close()
 
-    def _live_zygote(self) -> ZygoteProcess:
-        if self._zygote is not None and not self._zygote.alive():
-            logger.warning("sandbox zygote died between runs (%s); starting a new one", self._zygote.kill())
-            self._zygote = None
-        if self._zygote is None:
-            self._zygote = ZygoteProcess(self.config)
-        return self._zygote
+    def _live_zygote(self, flavour: str) -> ZygoteProcess:
+        zygote = self._zygotes[flavour]
+        if zygote is not None and not zygote.alive():
+            logger.warning("sandbox zygote died between runs (%s); starting a new one", zygote.kill())
+            zygote = self._zygotes[flavour] = None
+        if zygote is None:
+            zygote = ZygoteProcess(self._configs[flavour])
+            self._zygotes[flavour] = zygote
+            self._base_vm_bytes = max(self._base_vm_bytes, zygote.base_vm_bytes)
+        return zygote
+
+    def _forget(self, zygote: ZygoteProcess) -> None:
+        """Drop a dead or retired zygote; the next run that needs its flavour starts a new one."""
+        for flavour, held in self._zygotes.items():
+            if held is zygote:
+                self._zygotes[flavour] = None
 
     def _start(self, zygote: ZygoteProcess, source: str, stdin: str, limits: Limits) -> tuple[int, int]:
         stdout_read, stdout_write = output_pipe()
@@ -94,14 +128,14 @@ class Sandbox:
         request = {
             "wall_time_s": limits.wall_time_s,
             "cpu_time_s": limits.cpu_time_s,
-            "memory_bytes": limits.memory_bytes,
+            "address_space_bytes": self._base_vm_bytes + limits.memory_bytes,
             "max_processes": limits.max_processes,
             "max_file_size_bytes": limits.max_file_size_bytes,
         }
         try:
             zygote.send(request, handed_over)
         except SandboxCrashed:
-            self._zygote = None
+            self._forget(zygote)
             os.close(stdout_read)
             os.close(stderr_read)
             raise
@@ -128,7 +162,7 @@ class Sandbox:
         )
 
     def _discard(self, zygote: ZygoteProcess) -> str:
-        self._zygote = None
+        self._forget(zygote)
         return zygote.kill()
 
 

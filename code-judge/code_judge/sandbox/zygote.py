@@ -36,6 +36,8 @@ MAX_REPORT_BYTES = 65536
 MAX_MESSAGE_CHARS = 1000
 MAX_CLEANUP_ENTRIES = 10_000
 SOURCE_NAME = "solution.py"
+ISOLATED_WORKDIR = "/tmp/run"
+WORKDIR_VARIABLES = ("HOME", "TMPDIR", "PWD")
 # The child's stdout/stderr/stdin are rebuilt on these descriptors.
 STDIN_FD, STDOUT_FD, STDERR_FD = 0, 1, 2
 
@@ -75,6 +77,16 @@ def warm_up_sympy() -> None:
     sp.core.cache.clear_cache()
 
 
+def warm_up_streams() -> None:
+    """Open and close streams like a child's once, so the codec and error-handler lookups they need are cached."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for stream in open_standard_streams(null, null, null):
+            stream.close()
+    finally:
+        os.close(null)
+
+
 def collapse_heap_into_huge_pages() -> int:
     """Back the preloaded heap with 2 MiB pages where possible; return how many bytes were collapsed.
 
@@ -95,6 +107,11 @@ def collapse_heap_into_huge_pages() -> int:
         if private_writable and anonymous and end > start and LIBC.madvise(start, end - start, MADV_COLLAPSE) == 0:
             collapsed += end - start
     return collapsed
+
+
+def loaded_packages() -> list:
+    """Top-level names of the loaded modules that are not part of the standard library (numpy, sympy, mpmath...)."""
+    return sorted({name.partition(".")[0] for name in sys.modules} - set(sys.stdlib_module_names))
 
 
 def vm_size_bytes() -> int:
@@ -124,6 +141,14 @@ class Zygote:
             importlib.import_module(name)
         if config["warm_up"] and "sympy" in config["preload"]:
             warm_up_sympy()
+        # The first compile() in a process builds the compiler's AST types: ~0.8 ms that every child would repeat.
+        compile("pass", SOURCE_NAME, "exec", dont_inherit=True)
+        warm_up_streams()
+        if self.isolated:
+            # Every run's directory is the same fresh /tmp/run (see make_workdir), so set its variables once here.
+            for name in WORKDIR_VARIABLES:
+                os.environ[name] = ISOLATED_WORKDIR
+        reseed_preloaded_generators()
         # Move every preloaded object out of the collector's reach: otherwise the first full collection in a
         # child walks (and so copies, page by page) the whole inherited heap, ~40 ms with sympy loaded.
         gc.freeze()
@@ -135,6 +160,7 @@ class Zygote:
             {
                 "ready": True,
                 "base_vm_bytes": self.base_vm_bytes,
+                "packages": loaded_packages(),
                 "huge_bytes": self.huge_bytes,
                 "python": sys.version.split()[0],
             }
@@ -159,7 +185,7 @@ class Zygote:
         if pid == 0:
             os.close(report_read)
             self.sock.close()
-            run_child(request, fds, workdir, report_write, self.base_vm_bytes)
+            run_child(request, fds, workdir, report_write)
         for fd in fds:
             os.close(fd)
         os.close(report_write)
@@ -171,6 +197,9 @@ class Zygote:
         strays = self.kill_everything()
         report = read_report(report_read)
         clean = self.wipe(workdir)
+        # Done here, not in the next child: the child exited, so these pages are ours alone again and cheap to
+        # write, whereas the child would copy each one it touches.
+        reseed_preloaded_generators()
         return {
             "retire": not clean,
             "exit_code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
@@ -186,9 +215,8 @@ class Zygote:
         if self.isolated:
             # /tmp is this sandbox's private tmpfs, emptied after every run, so a fixed path is fresh each time
             # and tracebacks are identical across runs.
-            path = "/tmp/run"
-            os.mkdir(path, 0o700)
-            return path
+            os.mkdir(ISOLATED_WORKDIR, 0o700)
+            return ISOLATED_WORKDIR
         return tempfile.mkdtemp(prefix="code-judge-run-")
 
     def kill_everything(self) -> int:
@@ -344,20 +372,29 @@ def read_report(fd: int):
         return None
 
 
+def reseed_preloaded_generators() -> None:
+    # `random` reseeds itself after fork; numpy's global generator does not, so every run would repeat it. The
+    # zygote reseeds it before each fork instead. A 32-bit seed is far cheaper than numpy's default entropy
+    # gathering and plenty for programs' sampling.
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
+
+
 # ----- everything below runs in the forked child, as the program -----
 
 
-def run_child(request: dict, fds: list, workdir: str, report_fd: int, base_vm_bytes: int) -> None:
+def run_child(request: dict, fds: list, workdir: str, report_fd: int) -> None:
     """Become the program; never returns. A failure before the program starts is reported as `setup_error`."""
     try:
-        source, path = prepare_child(request, fds, workdir, base_vm_bytes)
+        source, path = prepare_child(request, fds, workdir)
     except BaseException as error:  # noqa: BLE001 - the supervisor turns this into an infrastructure error
         write_report(report_fd, {"setup_error": f"{type(error).__name__}: {error}"[:MAX_MESSAGE_CHARS]})
         os._exit(1)
     os._exit(execute(source, path, report_fd))
 
 
-def prepare_child(request: dict, fds: list, workdir: str, base_vm_bytes: int) -> tuple:
+def prepare_child(request: dict, fds: list, workdir: str) -> tuple:
     source_fd, stdin_fd, stdout_fd, stderr_fd = fds
     for fd, target in ((stdin_fd, STDIN_FD), (stdout_fd, STDOUT_FD), (stderr_fd, STDERR_FD)):
         os.dup2(fd, target)
@@ -368,24 +405,24 @@ def prepare_child(request: dict, fds: list, workdir: str, base_vm_bytes: int) ->
     # Under memory pressure the kernel should kill a program, not the zygote. Plain os calls here and below:
     # every Python object the child creates dirties shared pages, and each dirty page is a copy.
     write_file("/proc/self/oom_score_adj", b"1000")
-    apply_limits(request, base_vm_bytes)
+    apply_limits(request)
     source = read_all(source_fd)
     path = os.path.join(workdir, SOURCE_NAME)
     write_file(path, source)
     os.chdir(workdir)
-    for name in ("HOME", "TMPDIR", "PWD"):
-        os.environ[name] = workdir
-    reseed_preloaded_generators()
+    if os.environ.get("PWD") != workdir:
+        for name in WORKDIR_VARIABLES:
+            os.environ[name] = workdir
     reopen_standard_streams()
     return source, path
 
 
-def apply_limits(request: dict, base_vm_bytes: int) -> None:
+def apply_limits(request: dict) -> None:
     # soft == hard: an unprivileged program cannot raise a hard limit, so it cannot lift these.
     cpu = max(1, math.ceil(request["cpu_time_s"]))
     limits = {
-        # The preloaded modules are already mapped; the program's budget comes on top of them.
-        resource.RLIMIT_AS: base_vm_bytes + request["memory_bytes"],
+        # Set by the supervisor: the program's budget on top of what the largest zygote maps before any program.
+        resource.RLIMIT_AS: request["address_space_bytes"],
         # SIGXCPU at the soft limit, SIGKILL one second later for a program that ignores SIGXCPU.
         resource.RLIMIT_CPU: (cpu, cpu + 1),
         resource.RLIMIT_NPROC: request["max_processes"],
@@ -398,9 +435,12 @@ def apply_limits(request: dict, base_vm_bytes: int) -> None:
 
 
 def read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
+    # Sized from the file: a fixed large read would allocate (and fault in) a big buffer for a one-line program.
+    data = os.read(fd, os.fstat(fd).st_size + 1)
+    chunks = [data]
+    while data:
+        data = os.read(fd, 1 << 20)
+        chunks.append(data)
     os.close(fd)
     return b"".join(chunks)
 
@@ -415,19 +455,16 @@ def write_file(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def reseed_preloaded_generators() -> None:
-    # `random` reseeds itself after fork; numpy's global generator does not, so every run would repeat it.
-    # A 32-bit seed is far cheaper than numpy's default entropy gathering and plenty for programs' sampling.
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
-
-
 def reopen_standard_streams() -> None:
-    sys.stdin = sys.__stdin__ = open(STDIN_FD, "r", encoding="utf-8", errors="replace", closefd=False)
-    sys.stdout = sys.__stdout__ = open(STDOUT_FD, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
-    sys.stderr = sys.__stderr__ = open(
-        STDERR_FD, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
+    sys.stdin, sys.stdout, sys.stderr = open_standard_streams(STDIN_FD, STDOUT_FD, STDERR_FD)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+
+
+def open_standard_streams(stdin_fd: int, stdout_fd: int, stderr_fd: int) -> tuple:
+    return (
+        open(stdin_fd, "r", encoding="utf-8", errors="replace", closefd=False),
+        open(stdout_fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False),
+        open(stderr_fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1),
     )
 
 
