@@ -9,7 +9,9 @@ the HTTP clients in `cleaner.rollout.clients`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import io
 import logging
 import tempfile
 import time
@@ -180,7 +182,10 @@ class RolloutRunner:
         written, skipped, failed, wall = 0, 0, [], {}
         with tempfile.TemporaryDirectory(prefix="cleaner-rollout-") as workdir, RecordFile(self.settings.output_path) as out:
             tool_config = tool_config_with_judge(self.settings.tool_config_path, self.settings.judge_url, Path(workdir))
-            tools = load_all_tools(tool_config_path=str(tool_config), function_tool_path=None)
+            # verl's BaseTool.__init__ print()s each schema; keep it out of the progress display.
+            with contextlib.redirect_stdout(io.StringIO()) as printed:
+                tools = load_all_tools(tool_config_path=str(tool_config), function_tool_path=None)
+            logger.debug("tools loaded: %s", printed.getvalue())
             # SAAR off first: the "off" pass then cannot profit from a warmer server cache than the "on" pass.
             for saar in sorted(set(self.settings.saar_modes)):
                 config = compose_trainer_config(self.settings, tool_config, saar)
