@@ -128,12 +128,13 @@ def build_record(
             "generate_s": timing.generate_s,
         },
     }
-    # Flat, like verl's validation dump: reward keys (score, acc, pred, ...) and every saar_* field.
-    for source in (reward, {key: extra[key] for key in EXTRA_FIELD_KEYS}):
-        clashes = sorted(set(source) & set(record))
-        if clashes:
-            raise ValueError(f"reward/stat keys {clashes} clash with trajectory record fields")
-        record.update(source)
+    # Flat, like verl's validation dump: every saar_* field and the reward keys (score, acc, pred, ...).
+    # The reward may echo the scalar saar_* statistics it was given; they must agree with the loop's.
+    record.update({key: extra[key] for key in EXTRA_FIELD_KEYS})
+    clashes = sorted(key for key in set(reward) & set(record) if reward[key] != record[key])
+    if clashes:
+        raise ValueError(f"reward keys {clashes} clash with trajectory record fields")
+    record.update(reward)
     if "score" not in record:
         raise ValueError("the reward has no `score`")
     return record
