@@ -80,3 +80,15 @@ def test_unknown_rows_are_rejected(tmp_path):
     bad.write_text('{"foo": 1}\n')
     with pytest.raises(ValueError, match="neither a `cleaner rollout` record"):
         load_trajectories([bad])
+
+
+def test_report_command_writes_the_page(records, tmp_path):
+    from cleaner.cli import main as cleaner_main
+
+    source = tmp_path / "run.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "out" / "report.html"
+    assert cleaner_main(["report", str(source), "-o", str(out), "--max-trajectories", "1"]) == 0
+    page = out.read_text()
+    assert "Showing 1 of 4 trajectories" in page and page.count('<details class="traj"') == 1
+    assert 'data-key="p0#0#saar"' in page, "trajectories with rollbacks come first"
