@@ -43,6 +43,9 @@ def register(subparsers) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=512, help="cap per assistant turn")
     parser.add_argument("--max-assistant-turns", type=int, default=4)
     parser.add_argument("--tool-format", default="hermes", help="verl ToolParser name (multi_turn.format)")
+    parser.add_argument(
+        "--model-type", default="qwen2", help="Hugging Face model_type of the served model (picks verl's token builder)"
+    )
     parser.add_argument("--agent-name", default="cleaner_tool_agent", help="for problems without agent_name")
     parser.add_argument("--override", action="append", default=[], help="extra hydra override of verl's config")
     parser.add_argument("--no-progress", action="store_true")
@@ -81,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         agent_name=args.agent_name,
         judge_url=args.judge_url,
         tool_format=args.tool_format,
+        hf_model_type=args.model_type,
         prompt_length=args.prompt_length,
         response_length=args.response_length,
         max_assistant_turns=args.max_assistant_turns,

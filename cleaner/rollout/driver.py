@@ -186,7 +186,7 @@ class RolloutRunner:
             with contextlib.redirect_stdout(io.StringIO()) as printed:
                 tools = load_all_tools(tool_config_path=str(tool_config), function_tool_path=None)
             logger.debug("tools loaded: %s", printed.getvalue())
-            # SAAR off first: the "off" pass then cannot profit from a warmer server cache than the "on" pass.
+            # One pass per mode (SAAR off, then on), never interleaved, so each pass's wall time is its own.
             for saar in sorted(set(self.settings.saar_modes)):
                 config = compose_trainer_config(self.settings, tool_config, saar)
                 jobs = [
