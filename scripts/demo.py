@@ -22,8 +22,6 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-logger = logging.getLogger("demo")
-
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -108,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from cleaner.report.page import render_report
-    from cleaner.rollout.clients import ServerClientConfig, make_client
+    from cleaner.rollout.client_config import ServerClientConfig
+    from cleaner.rollout.clients import make_client
     from cleaner.rollout.driver import RolloutSettings
     from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
     from cleaner.rollout.model_assets import default_cache_dir, resolve_model_path

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 from pathlib import Path
 
-from .clients import BACKENDS, ServerClientConfig
-
-logger = logging.getLogger(__name__)
+from .client_config import BACKENDS, ServerClientConfig
 
 SAAR_MODES = {"on": (True,), "off": (False,)}
 

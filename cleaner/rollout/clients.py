@@ -11,19 +11,14 @@ three servers, so the training agent loop can run unchanged against any of them:
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from verl.workers.rollout.replica import TokenOutput
 
-logger = logging.getLogger(__name__)
-
-BACKENDS = ("sglang", "vllm", "llamacpp")
-
+from .client_config import ServerClientConfig
 
 class InferenceServerError(RuntimeError):
     """The server refused the request, failed, or answered something that is not a generation."""
@@ -31,26 +26,6 @@ class InferenceServerError(RuntimeError):
 
 class InferenceServerTimeout(InferenceServerError):
     """No answer within `request_timeout_s`."""
-
-
-@dataclass(frozen=True)
-class ServerClientConfig:
-    backend: str  # one of BACKENDS
-    url: str
-    # Cap per call; verl sends no max_tokens, so the context budget below bounds each turn.
-    max_new_tokens: int = 512
-    max_model_len: int = 4096  # prompt + everything generated must fit (prompt_length + response_length)
-    request_timeout_s: float = 300.0
-    # Base seed when sampling_params has no "seed"; None lets the server pick (not reproducible).
-    seed: int | None = None
-    model: str = "default"  # vLLM's served model name
-    max_connections: int = 32
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown inference backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
-        if self.max_new_tokens <= 0 or self.max_model_len <= 0:
-            raise ValueError("max_new_tokens and max_model_len must be positive")
 
 
 def call_seed(base_seed: int, call_index: int) -> int:
@@ -153,12 +128,11 @@ class TokenServerClient(ABC):
 
 
 def _sampling_fields(sampling_params: dict[str, Any]) -> dict[str, Any]:
-    fields = {
+    return {
         key: sampling_params[key]
         for key in ("temperature", "top_p", "top_k", "repetition_penalty")
         if sampling_params.get(key) is not None
     }
-    return fields
 
 
 def _require(payload: Any, key: str, backend: str) -> Any:

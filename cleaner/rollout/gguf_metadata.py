@@ -50,7 +50,8 @@ def read_metadata(path: Path, skip_arrays: bool = True) -> dict[str, Any]:
         version = _read(handle, "<I")
         if version not in (2, 3):
             raise ValueError(f"{path}: unsupported GGUF version {version}")
-        _tensor_count, kv_count = _read(handle, "<Q"), _read(handle, "<Q")
+        handle.seek(8, 1)  # tensor count: the tensors are not read
+        kv_count = _read(handle, "<Q")
         metadata = {}
         for _ in range(kv_count):
             key = _read_string(handle)

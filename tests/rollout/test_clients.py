@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cleaner.rollout.clients import (
-    InferenceServerError,
-    InferenceServerTimeout,
-    ServerClientConfig,
-    call_seed,
-    make_client,
-)
+from cleaner.rollout.client_config import ServerClientConfig
+from cleaner.rollout.clients import InferenceServerError, InferenceServerTimeout, call_seed, make_client
 
 from fake_inference_server import FakeInferenceServer
 
