@@ -122,6 +122,21 @@ def vm_size_bytes() -> int:
     raise RuntimeError("VmSize missing from /proc/self/status")
 
 
+def rlimits_for(request: dict) -> tuple:
+    """The run's limits as (resource, (soft, hard)) pairs."""
+    # soft == hard: an unprivileged program cannot raise a hard limit, so it cannot lift these.
+    cpu = max(1, math.ceil(request["cpu_time_s"]))
+    return (
+        # Set by the supervisor: the program's budget on top of what the largest zygote maps before any program.
+        (resource.RLIMIT_AS, (request["address_space_bytes"],) * 2),
+        # SIGXCPU at the soft limit, SIGKILL one second later for a program that ignores SIGXCPU.
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_NPROC, (request["max_processes"],) * 2),
+        (resource.RLIMIT_FSIZE, (request["max_file_size_bytes"],) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    )
+
+
 class Zygote:
     def __init__(self, config: dict):
         self.isolated = config["mode"] == "bwrap"
@@ -180,6 +195,9 @@ class Zygote:
 
     def run(self, request: dict, fds: list) -> dict:
         workdir = self.make_workdir()
+        # Worked out here rather than in the child, where every object built costs page copies.
+        rlimits = rlimits_for(request)
+        source_path = os.path.join(workdir, SOURCE_NAME)
         report_read, report_write = os.pipe()
         started = time.monotonic()
         pid = os.fork()
@@ -188,7 +206,7 @@ class Zygote:
             # Raw closes and calls in the child from here on: each Python object it touches dirties (and so
             # copies) a shared page, e.g. socket.close() ~20 pages, signal.signal() ~40.
             os.close(self.control_fd)
-            run_child(request, fds, workdir, report_write)
+            run_child(rlimits, workdir, source_path, fds, report_write)
         for fd in fds:
             os.close(fd)
         os.close(report_write)
@@ -402,61 +420,53 @@ def read_all(fd: int) -> bytes:
 # ----- everything below runs in the forked child, as the program -----
 
 
-def run_child(request: dict, fds: list, workdir: str, report_fd: int) -> None:
+def run_child(rlimits: tuple, workdir: str, source_path: str, fds: list, report_fd: int) -> None:
     """Become the program; never returns. A failure before the program starts is reported as `setup_error`."""
     try:
-        source, path = prepare_child(request, fds, workdir)
+        source = prepare_child(rlimits, workdir, source_path, fds)
     except BaseException as error:  # noqa: BLE001 - the supervisor turns this into an infrastructure error
         write_report(report_fd, {"setup_error": f"{type(error).__name__}: {error}"[:MAX_MESSAGE_CHARS]})
         os._exit(1)
-    os._exit(execute(source, path, report_fd))
+    os._exit(execute(source, source_path, report_fd))
 
 
-def prepare_child(request: dict, fds: list, workdir: str) -> tuple:
+def prepare_child(rlimits: tuple, workdir: str, source_path: str, fds: list) -> bytes:
+    """Turn the fresh fork into the program's process; return the program's source."""
     source_fd, stdin_fd, stdout_fd, stderr_fd = fds
-    for fd, target in ((stdin_fd, STDIN_FD), (stdout_fd, STDOUT_FD), (stderr_fd, STDERR_FD)):
-        os.dup2(fd, target)
-        os.close(fd)
+    os.dup2(stdin_fd, STDIN_FD)
+    os.dup2(stdout_fd, STDOUT_FD)
+    os.dup2(stderr_fd, STDERR_FD)
+    os.close(stdin_fd)
+    os.close(stdout_fd)
+    os.close(stderr_fd)
     _signal.signal(SIGINT, signal.default_int_handler)
     # The program is an ordinary process again (own /proc/self, ptrace of its own children); we stay protected.
     prctl(PR_SET_DUMPABLE, 1)
     # Under memory pressure the kernel should kill a program, not the zygote.
-    write_file("/proc/self/oom_score_adj", b"1000")
-    apply_limits(request)
+    oom_fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+    os.write(oom_fd, b"1000")
+    os.close(oom_fd)
+    for kind, limit in rlimits:
+        resource.setrlimit(kind, limit)
     source = read_all(source_fd)
-    path = os.path.join(workdir, SOURCE_NAME)
-    write_file(path, source)
+    write_file(source_path, source)
     os.chdir(workdir)
-    if os.environ.get("PWD") != workdir:
+    # In bwrap mode every run's directory is the same, and the zygote set these once.
+    if workdir != ISOLATED_WORKDIR:
         for name in WORKDIR_VARIABLES:
             os.environ[name] = workdir
     reopen_standard_streams()
-    return source, path
-
-
-def apply_limits(request: dict) -> None:
-    # soft == hard: an unprivileged program cannot raise a hard limit, so it cannot lift these.
-    cpu = max(1, math.ceil(request["cpu_time_s"]))
-    limits = {
-        # Set by the supervisor: the program's budget on top of what the largest zygote maps before any program.
-        resource.RLIMIT_AS: request["address_space_bytes"],
-        # SIGXCPU at the soft limit, SIGKILL one second later for a program that ignores SIGXCPU.
-        resource.RLIMIT_CPU: (cpu, cpu + 1),
-        resource.RLIMIT_NPROC: request["max_processes"],
-        resource.RLIMIT_FSIZE: request["max_file_size_bytes"],
-        resource.RLIMIT_CORE: 0,
-    }
-    for kind, value in limits.items():
-        soft, hard = value if isinstance(value, tuple) else (value, value)
-        resource.setrlimit(kind, (soft, hard))
+    return source
 
 
 def write_file(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        written = os.write(fd, data)
+        if written < len(data):
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
