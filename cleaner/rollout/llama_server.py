@@ -57,6 +57,15 @@ def serve_forever(config: LlamaServerConfig) -> None:
     stop.wait()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): get SIGTERM when the parent dies, so a killed run leaves no server."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class LlamaServerProcess:
     """Context manager: a `serve_forever` subprocess, ready (healthy) on enter, terminated on exit."""
 
@@ -75,7 +84,7 @@ class LlamaServerProcess:
         ]  # fmt: skip
         log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
         try:
-            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         finally:
             if self.log_path:
                 log.close()
