@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import fcntl
+import math
 import os
-import selectors
+import select
 import time
 from dataclasses import dataclass, field
 
@@ -49,29 +50,30 @@ class OutputCollector:
     def __init__(self, stdout_fd: int, stderr_fd: int, cap: int):
         self.stdout = CappedStream(stdout_fd, cap)
         self.stderr = CappedStream(stderr_fd, cap)
-        self.selector = selectors.DefaultSelector()
-        self.open_streams = 2
-        for stream in (self.stdout, self.stderr):
-            os.set_blocking(stream.fd, False)
-            self.selector.register(stream.fd, selectors.EVENT_READ, stream)
+        self.streams = {stdout_fd: self.stdout, stderr_fd: self.stderr}
+        # A plain poll object, not `selectors`: this runs for every program and costs no descriptor of its own.
+        self.poller = select.poll()
+        for fd in self.streams:
+            os.set_blocking(fd, False)
+            self.poller.register(fd, select.POLLIN)
 
     def pump(self, deadline: float, stop_fd: int | None = None) -> bool:
         """Read until both pipes close, `stop_fd` is readable, or the deadline; True if the pipes closed."""
         if stop_fd is not None:
-            self.selector.register(stop_fd, selectors.EVENT_READ, None)
+            self.poller.register(stop_fd, select.POLLIN)
         try:
-            while self.open_streams:
+            while self.streams:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                for key, _ in self.selector.select(remaining):
-                    if key.data is None:
+                for fd, _ in self.poller.poll(math.ceil(remaining * 1000)):
+                    if fd == stop_fd:
                         return False
-                    self.read(key.data)
+                    self.read(self.streams[fd])
             return True
         finally:
             if stop_fd is not None:
-                self.selector.unregister(stop_fd)
+                self.poller.unregister(stop_fd)
 
     def read(self, stream: CappedStream) -> None:
         try:
@@ -81,15 +83,14 @@ class OutputCollector:
         if chunk:
             stream.absorb(chunk)
             return
-        self.selector.unregister(stream.fd)
+        self.close_stream(stream)
+
+    def close_stream(self, stream: CappedStream) -> None:
+        self.poller.unregister(stream.fd)
+        del self.streams[stream.fd]
         os.close(stream.fd)
         stream.fd = -1
-        self.open_streams -= 1
 
     def close(self) -> None:
-        for stream in (self.stdout, self.stderr):
-            if stream.fd >= 0:
-                self.selector.unregister(stream.fd)
-                os.close(stream.fd)
-                stream.fd = -1
-        self.selector.close()
+        for stream in list(self.streams.values()):
+            self.close_stream(stream)
