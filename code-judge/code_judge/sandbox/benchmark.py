@@ -31,10 +31,10 @@ PROGRAMS = {
 }
 
 
-def run_in_sandbox(mode: str, source: str, runs: int, progress: bool) -> list[float]:
+def run_in_sandbox(config: SandboxConfig, source: str, runs: int, progress: bool) -> list[float]:
     latencies = []
-    with Sandbox(SandboxConfig(mode=mode)) as sandbox:
-        for _ in tqdm(range(runs), desc=mode, leave=False, disable=None if progress else True):
+    with Sandbox(config) as sandbox:
+        for _ in tqdm(range(runs), desc=config.mode, leave=False, disable=None if progress else True):
             started = time.perf_counter()
             sandbox.run(source, "", Limits())
             latencies.append(time.perf_counter() - started)
@@ -61,7 +61,7 @@ def run_fresh_interpreter(mode: str, source: str, runs: int, progress: bool) -> 
     return latencies
 
 
-def measure(mode: str, source: str, runs: int, progress: bool) -> tuple[list[float], float]:
+def measure(mode: str, source: str, runs: int, progress: bool, one_zygote: bool) -> tuple[list[float], float]:
     """Run `source` `runs` times; return per-run latencies and the CPU seconds of the whole process tree."""
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -70,7 +70,8 @@ def measure(mode: str, source: str, runs: int, progress: bool) -> tuple[list[flo
         if mode in (FRESH, FRESH_BWRAP):
             latencies = run_fresh_interpreter(mode, source, runs, progress)
         else:
-            latencies = run_in_sandbox(mode, source, runs, progress)
+            heavy_modules = () if one_zygote else SandboxConfig.heavy_modules
+            latencies = run_in_sandbox(SandboxConfig(mode=mode, heavy_modules=heavy_modules), source, runs, progress)
         with os.fdopen(write_end, "w") as out:
             json.dump(latencies, out)
         os._exit(0)
@@ -88,19 +89,24 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=300, help="runs per program in the warm sandbox modes")
     parser.add_argument("--fresh-runs", type=int, default=20, help="runs per program with a fresh interpreter")
     parser.add_argument("--modes", nargs="+", default=["bwrap", "insecure", FRESH, FRESH_BWRAP])
+    parser.add_argument(
+        "--one-zygote", action="store_true", help="run every program in one zygote with all preloads (no light one)"
+    )
     args = parser.parse_args()
     print("| mode | program | runs | p50 ms | p95 ms | CPU ms/run | start-up CPU ms |")
     print("|---|---|---|---|---|---|---|")
     for mode in args.modes:
-        _, startup_cpu = measure(mode, "", 0, progress=False) if mode in ("bwrap", "insecure") else ([], 0.0)
+        warm = mode in ("bwrap", "insecure")
+        _, startup_cpu = measure(mode, "", 0, False, args.one_zygote) if warm else ([], 0.0)
+        label = f"{mode}, one zygote" if warm and args.one_zygote else mode
         runs = args.fresh_runs if mode in (FRESH, FRESH_BWRAP) else args.runs
         for name, source in PROGRAMS.items():
-            latencies, cpu = measure(mode, source, runs, progress=True)
+            latencies, cpu = measure(mode, source, runs, True, args.one_zygote)
             latencies.sort()
             p95 = latencies[int(0.95 * (len(latencies) - 1))]
             per_run = (cpu - startup_cpu) / runs
             print(
-                f"| {mode} | {name} | {runs} | {statistics.median(latencies) * 1e3:.2f} | {p95 * 1e3:.2f} "
+                f"| {label} | {name} | {runs} | {statistics.median(latencies) * 1e3:.2f} | {p95 * 1e3:.2f} "
                 f"| {per_run * 1e3:.2f} | {startup_cpu * 1e3:.0f} |"
             )
     return 0
