@@ -87,6 +87,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def per_problem_line(what: str, seconds: dict[bool, float], count: int) -> str:
+    off, on = seconds[False] / count, seconds[True] / count
+    change = f"{on / off - 1.0:+.1%}" if off > 0 else "n/a"
+    return f"{what} per problem: SAAR off {off:.1f} s, SAAR on {on:.1f} s ({change})"
+
+
 async def rollout(settings, client, tokenizer, problems):
     from cleaner.rewards import compute_score
     from cleaner.rollout.driver import RolloutRunner
@@ -129,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = load_problems(write_parquet(args.problems, out / "problems.parquet"), args.limit)
     prompt_length = 1024
     walls: dict[bool, float] = {}
+    model_cpu: dict[bool, float] = {}  # llama.cpp CPU seconds per pass: the model's work, whatever else runs
     with judge_service(out / "judge.log", workers=2) as judge_url:
         server_config = LlamaServerConfig(
             model_path=model,
@@ -162,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                         max_model_len=prompt_length + args.response_length,
                     )
                 )
+                cpu_before = llama.cpu_seconds()
                 result = asyncio.run(rollout(settings, client, tokenizer, problems))
+                model_cpu[saar] = llama.cpu_seconds() - cpu_before
                 if result.failed:
                     console.print(f"[red]{len(result.failed)} trajectories failed: {result.failed}[/red]")
                 walls[saar] = result.wall_s_per_mode.get(saar, 0.0)
@@ -170,11 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     records = [r for saar in (False, True) for r in read_records(outputs[saar])]
     summaries = summarize(records)
     console.print(render_table(summaries, title="CLEANER demo: SAAR off vs on (same seeds)"))
-    per_problem = {saar: wall / max(len(problems) * args.n_samples, 1) for saar, wall in walls.items()}
-    overhead = per_problem[True] / per_problem[False] - 1.0 if per_problem.get(False) else float("nan")
+    count = max(len(problems) * args.n_samples, 1)
     timing = (
-        f"wall time per problem: SAAR off {per_problem[False]:.1f} s, SAAR on {per_problem[True]:.1f} s "
-        f"({overhead:+.1%}; concurrency {args.concurrency}, {args.threads} thread(s) per call)"
+        f"{per_problem_line('wall time', walls, count)} (concurrency {args.concurrency}, "
+        f"{args.threads} thread(s) per call)\n{per_problem_line('model CPU time', model_cpu, count)}"
     )
     console.print(timing)
     report = out / "report.html"

@@ -108,6 +108,14 @@ class LlamaServerProcess:
             time.sleep(0.2)
         raise TimeoutError(f"llama.cpp server not healthy after {self.config.startup_timeout_s} s (log: {self.log_path})")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server has used so far: model compute, insensitive to other load."""
+        if self._proc is None:
+            raise RuntimeError("the llama.cpp server is not running")
+        fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5), after pid and comm
+        return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self._proc is None:
             return

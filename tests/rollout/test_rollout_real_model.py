@@ -49,10 +49,28 @@ def gguf():
 
 
 @pytest.fixture(scope="module")
-def llama_url(gguf, tmp_path_factory):
+def llama_server(gguf, tmp_path_factory):
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with LlamaServerProcess(LlamaServerConfig(gguf, _free_port(), n_ctx=2048, n_parallel=1, n_threads=1), log) as server:
-        yield server.url
+        yield server
+
+
+@pytest.fixture(scope="module")
+def llama_url(llama_server):
+    return llama_server.url
+
+
+def test_server_cpu_time_counts_the_model_work(llama_server):
+    import httpx
+
+    before = llama_server.cpu_seconds()
+    answer = httpx.post(
+        f"{llama_server.url}/completion",
+        json={"prompt": [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198], "n_predict": 16, "temperature": 0},
+        timeout=120,
+    ).json()
+    assert answer["tokens_predicted"] > 0
+    assert llama_server.cpu_seconds() > before
 
 
 def test_derived_tokenizer_matches_the_llama_cpp_server(gguf, llama_url):
