@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from code_judge.local import local_judge
 from tqdm import tqdm
 
 from cleaner.rewards import compute_score
@@ -57,46 +55,11 @@ class Row:
         return f"| {self.workload} | {self.items} | {self.seconds:.2f} | {rate:,.1f} {self.unit}/s | {self.note} |"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def running_judge(workers: int | None) -> Iterator[str]:
-    """A `code-judge serve` subprocess on loopback, stopped (and reaped) on exit."""
-    port = free_port()
-    command = [sys.executable, "-m", "code_judge.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    if workers:
-        command += ["--workers", str(workers)]
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URI"}
-    with tempfile.TemporaryDirectory(prefix="reward-bench-") as tmp:
-        log_path = Path(tmp) / "judge.log"
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while not _answers_ping(url):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"code-judge did not start:\n{log_path.read_text()}")
-                time.sleep(0.2)
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _answers_ping(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/ping", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+    """A private `code-judge serve` on loopback, stopped (and reaped) on exit."""
+    with tempfile.TemporaryDirectory(prefix="reward-bench-") as tmp, local_judge(Path(tmp) / "judge.log", workers) as url:
+        yield url
 
 
 async def timed_gather(label: str, jobs: list[Awaitable]) -> tuple[float, list]:
