@@ -189,6 +189,10 @@ class Zygote:
             self.send(reply)
             if reply["retire"]:
                 return
+            # For the next child, done here rather than in it: the last child has exited, so these pages are ours
+            # alone again and cheap to write, whereas the child would copy each one it touches. After the reply,
+            # so the verdict does not wait for it.
+            reseed_preloaded_generators()
 
     def send(self, reply: dict) -> None:
         self.sock.send(json.dumps(reply).encode())
@@ -218,9 +222,6 @@ class Zygote:
         strays = self.kill_everything()
         report = read_report(report_read)
         clean = self.wipe(workdir)
-        # Done here, not in the next child: the child exited, so these pages are ours alone again and cheap to
-        # write, whereas the child would copy each one it touches.
-        reseed_preloaded_generators()
         return {
             "retire": not clean,
             "exit_code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
@@ -398,7 +399,7 @@ def read_report(fd: int):
 
 def reseed_preloaded_generators() -> None:
     # `random` reseeds itself after fork; numpy's global generator does not, so every run would repeat it. The
-    # zygote reseeds it before each fork instead. A 32-bit seed is far cheaper than numpy's default entropy
+    # zygote reseeds it at start-up and after each run instead. A 32-bit seed is far cheaper than numpy's default entropy
     # gathering and plenty for programs' sampling.
     numpy = sys.modules.get("numpy")
     if numpy is not None:
