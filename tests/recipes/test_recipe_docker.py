@@ -94,8 +94,10 @@ def test_entrypoint_starts_the_judge_before_the_command(tmp_path):
         "JUDGE_LOG": str(tmp_path / "judge.log"),
     }
     # The command checks the judge, then stops it (the entrypoint exports its pid) and waits for it to exit.
+    # The judge is a child this shell never started (the entrypoint exec'd into it), so the shell may leave it a
+    # zombie, which `kill -0` still finds: wait until the process is gone or a zombie.
     command = f'curl -fsS http://127.0.0.1:{port}/ping; echo; kill "$CLEANER_JUDGE_PID"; ' \
-              'while kill -0 "$CLEANER_JUDGE_PID" 2>/dev/null; do sleep 0.2; done; echo stopped'
+              'while ps -o stat= -p "$CLEANER_JUDGE_PID" | grep -qv Z; do sleep 0.2; done; echo stopped'
     result = subprocess.run(["bash", str(ENTRYPOINT), "bash", "-c", command], env=env, capture_output=True,
                             text=True, timeout=180)
     assert result.returncode == 0, result.stderr + (tmp_path / "judge.log").read_text()
