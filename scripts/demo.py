@@ -83,6 +83,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--response-length", type=int, default=1024)
     parser.add_argument("--max-assistant-turns", type=int, default=4)
     parser.add_argument("--tool-format", default="cleaner_lenient")
+    parser.add_argument(
+        "--chat-template",
+        type=Path,
+        default=REPO / "dataset" / "demo" / "python_block_chat_template.jinja",
+        help="Jinja chat template for the prompts (verl's custom_chat_template)",
+    )
     parser.add_argument("--resume", action="store_true", help="keep earlier results in --out-dir and add to them")
     return parser.parse_args(argv)
 
@@ -112,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from cleaner.report.page import render_report
+    from cleaner.rollout.chat_template import use_chat_template
     from cleaner.rollout.client_config import ServerClientConfig
     from cleaner.rollout.clients import make_client
     from cleaner.rollout.driver import RolloutSettings
@@ -131,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             path.unlink(missing_ok=True)
 
     model = resolve_model_path(str(args.gguf) if args.gguf else None)
-    tokenizer = load_qwen25_tokenizer(model, default_cache_dir())
+    tokenizer = use_chat_template(load_qwen25_tokenizer(model, default_cache_dir()), args.chat_template)
     problems = load_problems(write_parquet(args.problems, out / "problems.parquet"), args.limit)
     prompt_length = 1024
     walls: dict[bool, float] = {}

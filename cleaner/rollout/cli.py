@@ -25,6 +25,9 @@ def register(subparsers) -> None:
     tokenizer = parser.add_mutually_exclusive_group(required=True)
     tokenizer.add_argument("--tokenizer", help="Hugging Face tokenizer dir or name of the served model")
     tokenizer.add_argument("--gguf", type=Path, help="the served Qwen2.5 GGUF: its tokenizer is derived from it")
+    parser.add_argument(
+        "--chat-template", type=Path, help="Jinja chat template replacing the tokenizer's (verl: custom_chat_template)"
+    )
     parser.add_argument("--judge-url", help="code-judge URL (overrides judge_url in the tool config)")
     parser.add_argument("--saar", choices=sorted(SAAR_MODES), default="on", help="SAAR rollback on or off (write each mode to its own --output)")
     parser.add_argument("-n", "--n-samples", type=int, default=1, help="trajectories per problem")
@@ -50,6 +53,15 @@ def register(subparsers) -> None:
 
 
 def load_tokenizer(args: argparse.Namespace):
+    tokenizer = _base_tokenizer(args)
+    if args.chat_template is not None:
+        from .chat_template import use_chat_template
+
+        use_chat_template(tokenizer, args.chat_template)
+    return tokenizer
+
+
+def _base_tokenizer(args: argparse.Namespace):
     if args.gguf is not None:
         from .model_assets import default_cache_dir
         from .qwen25_tokenizer import load_qwen25_tokenizer
