@@ -2,7 +2,7 @@
 
 The agent loop renders every prompt with `tokenizer.apply_chat_template(messages, tools=...)`, so replacing the
 template is how a prompt protocol (e.g. python blocks instead of JSON tool calls) reaches the model without
-touching the loop. Training uses the same file through verl's `custom_chat_template`.
+touching the loop. In training, verl's `custom_chat_template` takes the same template text.
 """
 
 from __future__ import annotations
