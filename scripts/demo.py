@@ -11,54 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import socket
-import subprocess
 import sys
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+from code_judge.local import free_port, local_judge
 
 REPO = Path(__file__).resolve().parents[1]
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def judge_service(log_path: Path, workers: int):
-    """`code-judge serve` on a free loopback port (it starts its own redis-server); stopped on exit."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URI"}
-    cmd = [sys.executable, "-m", "code_judge.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"code-judge exited with {proc.returncode}; see {log_path}")
-            try:
-                if httpx.get(f"{url}/ping", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"code-judge did not answer /ping within 60 s; see {log_path}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def write_parquet(problems_jsonl: Path, target: Path) -> Path:
@@ -143,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     prompt_length = 1024
     walls: dict[bool, float] = {}
     model_cpu: dict[bool, float] = {}  # llama.cpp CPU seconds per pass: the model's work, whatever else runs
-    with judge_service(out / "judge.log", workers=2) as judge_url:
+    with local_judge(out / "judge.log", workers=2) as judge_url:
         server_config = LlamaServerConfig(
             model_path=model,
             port=free_port(),
