@@ -31,6 +31,8 @@ _REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 _POP_BLOCK_S = 0.5
 _MAINTENANCE_INTERVAL_S = 1.0
 _RECONNECT_DELAY_S = 0.2
+# Longest a stopping API waits for its dispatcher: one blocking pop, one maintenance round, one reconnect pause.
+_STOP_TIMEOUT_S = 5.0
 
 
 class Overloaded(Exception):
@@ -60,6 +62,7 @@ class JudgeService:
         )
         self._pending: dict[bytes, _Pending] = {}
         self._dispatcher: asyncio.Task[None] | None = None
+        self._stopping = False
         self._run_id: str | None = None
 
     async def start(self) -> None:
@@ -67,9 +70,14 @@ class JudgeService:
         self._dispatcher = asyncio.create_task(self._dispatch_forever(), name="code-judge-dispatcher")
 
     async def stop(self) -> None:
+        # The dispatcher also checks this flag: a cancellation delivered while the Redis client is inside a
+        # blocking call can be swallowed there (seen: an API that kept polling Redis after SIGTERM, forever).
+        self._stopping = True
         if self._dispatcher is not None:
             self._dispatcher.cancel()
-            await asyncio.gather(self._dispatcher, return_exceptions=True)
+            done, _ = await asyncio.wait([self._dispatcher], timeout=_STOP_TIMEOUT_S)
+            if not done:
+                logger.error("the reply dispatcher did not stop within %.0f s; closing Redis under it", _STOP_TIMEOUT_S)
         await self._client.aclose()
 
     async def status(self) -> dict[str, object]:
@@ -199,7 +207,7 @@ class JudgeService:
     async def _dispatch_forever(self) -> None:
         next_maintenance = 0.0
         outage_since: float | None = None
-        while True:
+        while not self._stopping:
             try:
                 self._resolve(await self._queue.pop_replies(_POP_BLOCK_S))
                 if time.monotonic() >= next_maintenance:

@@ -41,3 +41,23 @@ async def test_unserved_requests_answer_queue_timeout_at_their_deadline(service)
     assert b'"reason":"queue_timeout"' in verdict and b'"stdout"' not in verdict
     status = await service.status()
     assert status["pending"] == 0 and status["queue"] == 1  # still queued: a worker will skip it as expired
+
+
+async def test_stop_returns_even_when_the_redis_client_swallows_the_cancellation(redis_process):
+    """A cancel that lands inside a blocking Redis call can come out as a Redis timeout (and be retried)."""
+    import redis
+
+    broker = JudgeService(JudgeSettings(redis_uri=redis_process.uri), ApiMetrics())
+    real_pop = broker._queue.pop_replies
+
+    async def pop_that_swallows_cancellation(block_s: float) -> list[bytes]:
+        try:
+            return await real_pop(block_s)
+        except asyncio.CancelledError:
+            raise redis.TimeoutError("cancelled mid-read") from None
+
+    broker._queue.pop_replies = pop_that_swallows_cancellation
+    await broker.start()
+    await asyncio.sleep(0.1)  # the dispatcher is inside its blocking pop
+    await asyncio.wait_for(broker.stop(), timeout=3.0)
+    assert broker._dispatcher.done()
