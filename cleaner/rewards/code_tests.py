@@ -72,14 +72,19 @@ def submission_for(test: CodeTest, solution: str, token: str) -> JudgeSubmission
 
 
 def _as_dict(ground_truth: Any) -> dict[str, Any]:
-    if isinstance(ground_truth, (str, bytes)):
+    return _decoded(ground_truth, dict, "the code ground truth")
+
+
+def _decoded(value: Any, kind: type, what: str) -> Any:
+    """`value`, or the JSON it holds when it is a string, which must be a `kind`."""
+    if isinstance(value, (str, bytes)):
         try:
-            ground_truth = json.loads(ground_truth)
+            value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise GroundTruthError(f"the code ground truth is a string but not JSON: {exc}") from exc
-    if not isinstance(ground_truth, dict):
-        raise GroundTruthError(f"a code ground truth must be a dict or its JSON, got {type(ground_truth).__name__}")
-    return ground_truth
+            raise GroundTruthError(f"{what} is a string but not JSON: {exc}") from exc
+    if not isinstance(value, kind):
+        raise GroundTruthError(f"{what} must be a {kind.__name__} or its JSON, got {type(value).__name__}")
+    return value
 
 
 def _as_text(value: Any) -> str:
@@ -103,14 +108,7 @@ def _io_tests(spec: dict[str, Any]) -> list[CodeTest]:
 def _as_list(value: Any, name: str) -> list[Any]:
     if hasattr(value, "tolist"):  # a numpy array, as pandas gives nested parquet lists
         value = value.tolist()
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise GroundTruthError(f"`{name}` of the code ground truth is a string but not a JSON list: {exc}") from exc
-    if not isinstance(value, list):
-        raise GroundTruthError(f"`{name}` of the code ground truth must be a list, got {type(value).__name__}")
-    return value
+    return _decoded(value, list, f"`{name}` of the code ground truth")
 
 
 def _call_args(raw: Any) -> list[Any]:
