@@ -13,16 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cleaner.saar.outcome import ErrorCategory
-from cleaner.saar.stats import EXTRA_FIELD_KEYS, PREFIX
+from cleaner.saar.stats import PREFIX, SCALAR_EXTRA_FIELD_KEYS
 
 ROLLBACK = "rollback/"
 TOOL_CALLS = "tool_calls/"
 # Prefix for the same metrics computed on validation rollouts (verl's own auxiliary validation section).
 VALIDATION_PREFIX = "val-aux/"
-
-_SCALAR_KEYS: tuple[str, ...] = tuple(
-    key for key in EXTRA_FIELD_KEYS if key not in (PREFIX + "spliced_spans", PREFIX + "rollback_events")
-)
 
 
 class SaarStatsError(ValueError):
@@ -35,11 +31,11 @@ def has_saar_stats(row: Mapping[str, Any]) -> bool:
     verl fills a column that another trajectory of the same worker chunk has with None, so a
     trajectory of a stock loop (e.g. `single_turn_agent`) mixed into the batch shows up as all-None.
     """
-    return any(row.get(key) is not None for key in _SCALAR_KEYS)
+    return any(row.get(key) is not None for key in SCALAR_EXTRA_FIELD_KEYS)
 
 
 def _counter_sums(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    sums = {key: 0 for key in _SCALAR_KEYS if key != PREFIX + "spliced_token_fraction"}
+    sums = {key: 0 for key in SCALAR_EXTRA_FIELD_KEYS if key != PREFIX + "spliced_token_fraction"}
     for index, row in enumerate(rows):
         missing = [key for key in sums if row.get(key) is None]
         if missing:
@@ -111,7 +107,7 @@ def rows_from_columns(columns: Mapping[str, Sequence[Any]]) -> list[dict[str, An
 
     Only the scalar `saar_*` columns are read; a batch without any of them gives rows without SAAR stats.
     """
-    present = [key for key in _SCALAR_KEYS if key in columns]
+    present = [key for key in SCALAR_EXTRA_FIELD_KEYS if key in columns]
     if not present:
         return []
     lengths = {len(columns[key]) for key in present}
