@@ -6,7 +6,7 @@ the per-sample columns across workers and fails when one chunk lacks a key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from cleaner.saar.outcome import ErrorCategory
@@ -75,18 +75,7 @@ class RollbackEvent:
     resampled_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "position": self.position,
-            "failed_code": self.failed_code,
-            "error_category": self.error_category,
-            "exception_type": self.exception_type,
-            "error_text": self.error_text,
-            "replacement_code": self.replacement_code,
-            "similarity": self.similarity,
-            "mode": self.mode,
-            "retries": self.retries,
-            "resampled_tokens": self.resampled_tokens,
-        }
+        return asdict(self)
 
 
 @dataclass
