@@ -48,11 +48,9 @@ def draw_gate(seed: int, sample_key: str, probability: float) -> bool:
 
 @dataclass
 class OpenPosition:
-    position: int
     checkpoint: Any  # the loop's snapshot of the state just before the failed turn
     failed_turn: Any  # the failed assistant turn, for a shallow splice
-    failed_code: str
-    event: RollbackEvent
+    event: RollbackEvent  # its position and failed code, plus what the retries did
     error_texts: list[str] = field(default_factory=list)
     exception_types: list[str | None] = field(default_factory=list)
 
@@ -101,7 +99,7 @@ class RollbackPolicy:
                 exception_type=first.exception_type,
                 error_text=feedback,
             )
-            self.open = OpenPosition(position, checkpoint, failed_turn, code, event, [feedback], [first.exception_type])
+            self.open = OpenPosition(checkpoint, failed_turn, event, [feedback], [first.exception_type])
             self.stats.rollbacks_triggered += 1
             return Action.RETRY
         if infra:
@@ -135,7 +133,7 @@ class RollbackPolicy:
     def choose_mode(self, replacement_code: str, splittable: bool) -> tuple[SpliceMode, float]:
         """Shallow when the codes are similar (>= gamma) and both turns split at a call boundary, else deep."""
         assert self.open is not None, "choose_mode without an open position"
-        similarity = self._similarity(self.open.failed_code, replacement_code)
+        similarity = self._similarity(self.open.event.failed_code, replacement_code)
         shallow = splittable and similarity >= self.config.rollback_similarity_threshold
         return ("shallow" if shallow else "deep"), similarity
 
@@ -161,7 +159,7 @@ class RollbackPolicy:
 
     def _give_up(self, reason: str) -> None:
         assert self.open is not None
-        logger.debug("SAAR position %d not recovered: %s", self.open.position, reason)
+        logger.debug("SAAR position %d not recovered: %s", self.open.event.position, reason)
         self.open.event.mode = "failed"
         self.stats.rollbacks_failed += 1
         self.stats.rollback_events.append(self.open.event)
