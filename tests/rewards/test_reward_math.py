@@ -112,47 +112,50 @@ async def test_many_concurrent_checks_under_asyncio():
     assert [r["acc"] for r in results] == [bool(i % 2) for i in range(100)]
 
 
+def run_on_one_worker_pool(scenario, timeout_s: float) -> None:
+    """Run `scenario(pool)` on its own one-worker pool (not the shared one), closing the pool whatever happens."""
+    pool = MathVerifyPool(workers=1, timeout_s=timeout_s)
+    try:
+        asyncio.run(scenario(pool))
+    finally:
+        pool.close()
+
+
+async def freeze_the_worker(pool: MathVerifyPool) -> int:
+    """Start the pool's only worker, then stop it, like C code that ignores math-verify's alarm; its pid."""
+    await pool.check("1", "1")
+    (pid,) = pool.worker_pids
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
 def test_a_stuck_check_is_killed_at_the_hard_limit_and_the_pool_recovers():
     async def scenario(pool: MathVerifyPool) -> None:
-        await pool.check("1", "1")  # the worker is up
-        (pid,) = pool.worker_pids
-        os.kill(pid, signal.SIGSTOP)  # frozen mid-check, like C code that ignores math-verify's alarm
+        pid = await freeze_the_worker(pool)
         started = time.monotonic()
         assert await pool.check("2", "2") is MathVerdict.TIMEOUT
         assert 1.0 <= time.monotonic() - started < 10.0
         assert pool.worker_pids != [pid]
         assert await pool.check("\\frac12", "0.5") is MathVerdict.EQUIVALENT
 
-    pool = MathVerifyPool(workers=1, timeout_s=1.0)
-    try:
-        asyncio.run(scenario(pool))
-    finally:
-        pool.close()
+    run_on_one_worker_pool(scenario, timeout_s=1.0)
 
 
 def test_a_worker_that_dies_mid_check_is_reported_and_replaced():
     async def scenario(pool: MathVerifyPool) -> None:
-        await pool.check("1", "1")
-        (pid,) = pool.worker_pids
-        os.kill(pid, signal.SIGSTOP)
+        pid = await freeze_the_worker(pool)
         check = asyncio.ensure_future(pool.check("2", "2"))
         await asyncio.sleep(0.3)  # dispatched to the frozen worker
         os.kill(pid, signal.SIGKILL)
         assert await check is MathVerdict.CRASHED
         assert await pool.check("3", "4") is MathVerdict.DIFFERENT
 
-    pool = MathVerifyPool(workers=1, timeout_s=30.0)
-    try:
-        asyncio.run(scenario(pool))
-    finally:
-        pool.close()
+    run_on_one_worker_pool(scenario, timeout_s=30.0)
 
 
 def test_queue_time_does_not_count_against_the_limit():
     async def scenario(pool: MathVerifyPool) -> None:
-        await pool.check("1", "1")  # the worker is up
-        (pid,) = pool.worker_pids
-        os.kill(pid, signal.SIGSTOP)
+        await freeze_the_worker(pool)
         started = time.monotonic()
         stuck = asyncio.ensure_future(pool.check("2", "2"))
         queued = asyncio.ensure_future(pool.check("\\frac12", "0.5"))
@@ -162,11 +165,7 @@ def test_queue_time_does_not_count_against_the_limit():
         assert await queued is MathVerdict.EQUIVALENT
         assert time.monotonic() - started > 1.5
 
-    pool = MathVerifyPool(workers=1, timeout_s=0.5)
-    try:
-        asyncio.run(scenario(pool))
-    finally:
-        pool.close()
+    run_on_one_worker_pool(scenario, timeout_s=0.5)
 
 
 def test_a_closed_pool_refuses_checks_with_a_clear_error():
