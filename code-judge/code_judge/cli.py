@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import uvicorn
 
@@ -49,9 +49,9 @@ def sandbox_factory(settings: JudgeSettings, insecure: bool) -> tuple[SandboxFac
 def _settings(args: argparse.Namespace) -> JudgeSettings:
     settings = JudgeSettings.from_env()
     if getattr(args, "redis_uri", None):
-        settings = settings.replace(redis_uri=args.redis_uri)
+        settings = replace(settings, redis_uri=args.redis_uri)
     if getattr(args, "workers", None) is not None:
-        settings = settings.replace(max_workers=args.workers)
+        settings = replace(settings, max_workers=args.workers)
     return settings
 
 
@@ -118,7 +118,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         if settings.redis_uri is None:
             embedded = EmbeddedRedis()
-            settings = settings.replace(redis_uri=embedded.start())
+            settings = replace(settings, redis_uri=embedded.start())
         workers = _start_workers(settings, args.insecure, None if embedded is None else embedded.restart_if_dead)
         _serve_http(settings, args.host, args.port)
     finally:

@@ -78,11 +78,6 @@ class JudgeSettings:
             max_file_size_bytes=self.max_file_size_mb * MIB,
         )
 
-    def replace(self, **changes: object) -> JudgeSettings:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return JudgeSettings(**values)
-
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> JudgeSettings:
         """Each field is read from its upper-case name (REDIS_URI, MAX_EXECUTION_TIME, ...)."""
@@ -99,9 +94,9 @@ class JudgeSettings:
 def _parse(name: str, type_name: object, raw: str) -> object:
     # Annotations are strings here (`from __future__ import annotations`).
     try:
-        if type_name in ("int",):
+        if type_name == "int":
             return int(raw)
-        if type_name in ("float",):
+        if type_name == "float":
             return float(raw)
         if type_name == "tuple[str, ...]":
             return tuple(part.strip() for part in raw.split(",") if part.strip())
