@@ -4,14 +4,13 @@ Starts an embedded redis-server, N workers whose "sandbox" returns `print(i)`'s 
 a free loopback port; drives it with `judge_bench.py --phases tiny`; prints the requests/s and the CPU time per
 request of each process kind. Compare with judge_bench.py against `code-judge serve` to see the sandbox's share.
 
-    python benchmarks/judge_service_overhead.py [--workers 4] [--requests-phases tiny]
+    python benchmarks/judge_service_overhead.py [--workers 4]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ import uvicorn
 
 from code_judge.app import create_app
 from code_judge.execution import ExecutionResult, Limits
+from code_judge.local import free_port
 from code_judge.redis_server import EmbeddedRedis
 from code_judge.settings import JudgeSettings
 from code_judge.worker import WorkerGroup
@@ -54,12 +54,6 @@ def wait_for_workers(url: str, count: int, timeout_s: float = 60) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{count} workers did not register within {timeout_s:g} s")
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def main() -> int:
