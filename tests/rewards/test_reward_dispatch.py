@@ -87,36 +87,41 @@ def test_verl_loads_the_async_reward_by_file_or_package_path_with_reward_kwargs(
     assert result["acc"] is True
 
 
-def test_verl_naive_reward_manager_scores_a_real_qwen3_trajectory(qwen3_tokenizer):
-    """The full verl path: token ids -> verl's decode -> our compute_score -> reward_score + reward_extra_info."""
+def _half_of_one_batch(tokenizer, reply: str, **non_tensors):
+    """A verl batch of one real Qwen3 trajectory: AIME2025 question "Half of one?" (gold 1/2), answered `reply`.
+
+    `non_tensors` adds per-row fields (`extra_info`, `tool_extra_fields`) to the row.
+    """
     import numpy as np
     import torch
     from verl import DataProto
+
+    messages = [{"role": "user", "content": "Half of one?"}, {"role": "assistant", "content": reply}]
+    prompt = tokenizer.apply_chat_template(messages[:1], tokenize=True, add_generation_prompt=True, return_dict=False)
+    full = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": torch.tensor([prompt]),
+            "responses": torch.tensor([full[len(prompt) :]]),
+            "attention_mask": torch.ones(1, len(full), dtype=torch.long),
+        },
+        non_tensors={
+            "data_source": np.array(["AIME2025"], dtype=object),
+            "reward_model": np.array([{"ground_truth": "\\frac{1}{2}"}], dtype=object),
+            **{key: np.array([value], dtype=object) for key, value in non_tensors.items()},
+        },
+    )
+
+
+def test_verl_naive_reward_manager_scores_a_real_qwen3_trajectory(qwen3_tokenizer):
+    """The full verl path: token ids -> verl's decode -> our compute_score -> reward_score + reward_extra_info."""
     from verl.trainer.ppo.reward import load_reward_manager
 
-    messages = [
-        {"role": "user", "content": "Half of one?"},
-        {"role": "assistant", "content": "<think>\nmaybe \\boxed{2}\n</think>\n\nThe answer is \\boxed{0.5}."},
-    ]
-    prompt = qwen3_tokenizer.apply_chat_template(messages[:1], tokenize=True, add_generation_prompt=True, return_dict=False)
-    full = qwen3_tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
-    response = full[len(prompt) :]
+    reply = "<think>\nmaybe \\boxed{2}\n</think>\n\nThe answer is \\boxed{0.5}."
 
     async def score_one() -> dict:
         manager = load_reward_manager(_verl_config(str(REWARDS_INIT)), qwen3_tokenizer)
-        data = DataProto.from_dict(
-            tensors={
-                "prompts": torch.tensor([prompt]),
-                "responses": torch.tensor([response]),
-                "attention_mask": torch.ones(1, len(full), dtype=torch.long),
-            },
-            non_tensors={
-                "data_source": np.array(["AIME2025"], dtype=object),
-                "reward_model": np.array([{"ground_truth": "\\frac{1}{2}"}], dtype=object),
-                "extra_info": np.array([{}], dtype=object),
-            },
-        )
-        return await manager.run_single(data)
+        return await manager.run_single(_half_of_one_batch(qwen3_tokenizer, reply, extra_info={}))
 
     output = asyncio.run(score_one())
     assert output["reward_score"] == 1.0
@@ -138,42 +143,23 @@ async def test_saar_statistics_in_extra_info_are_returned_with_the_score_and_pro
 
 def test_cleaner_dapo_manager_hands_the_agent_loops_statistics_to_the_reward(qwen3_tokenizer):
     """verl's DAPO manager drops `tool_extra_fields`; ours passes them on, so SAAR columns reach the dumps."""
-    import numpy as np
-    import torch
-    from verl import DataProto
     from verl.trainer.ppo.reward import load_reward_manager
 
     from cleaner.rewards.manager import CleanerDAPORewardManager
     from cleaner.saar.stats import TrajectoryStats
 
-    messages = [
-        {"role": "user", "content": "Half of one?"},
-        {"role": "assistant", "content": "The answer is \\boxed{0.5}."},
-    ]
-    prompt = qwen3_tokenizer.apply_chat_template(messages[:1], tokenize=True, add_generation_prompt=True, return_dict=False)
-    full = qwen3_tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
     stats = TrajectoryStats(rollback_enabled=1, tool_calls=2, rollbacks_triggered=1, rollbacks_recovered=1).to_extra_fields()
     config = _verl_config(str(REWARDS_INIT))
     config.reward.reward_manager.source = "importlib"
     config.reward.reward_manager.name = "CleanerDAPORewardManager"
     config.reward.reward_manager.module.path = "pkg://cleaner.rewards.manager"
+    data = _half_of_one_batch(
+        qwen3_tokenizer, "The answer is \\boxed{0.5}.", extra_info={"index": 0}, tool_extra_fields=stats
+    )
 
     async def score_one() -> dict:
         manager = load_reward_manager(config, qwen3_tokenizer)
         assert isinstance(manager, CleanerDAPORewardManager)
-        data = DataProto.from_dict(
-            tensors={
-                "prompts": torch.tensor([prompt]),
-                "responses": torch.tensor([full[len(prompt) :]]),
-                "attention_mask": torch.ones(1, len(full), dtype=torch.long),
-            },
-            non_tensors={
-                "data_source": np.array(["AIME2025"], dtype=object),
-                "reward_model": np.array([{"ground_truth": "\\frac{1}{2}"}], dtype=object),
-                "extra_info": np.array([{"index": 0}], dtype=object),
-                "tool_extra_fields": np.array([stats], dtype=object),
-            },
-        )
         return await manager.run_single(data)
 
     output = asyncio.run(score_one())
