@@ -54,7 +54,7 @@ def splice_benchmark(tokenizer, total_tokens: int, fence: bool, repeats: int) ->
     prefix = reasoning(tokenizer, total_tokens - len(failed_ids) - 200, 3)
     feedback = tokenizer.encode("<tool_response>\nNameError: name 'y' is not defined\n</tool_response>", add_special_tokens=False)
     prompt_len = 200
-    ids = prefix[:prompt_len] + prefix[prompt_len:] + failed_ids + feedback + new_ids
+    ids = prefix + failed_ids + feedback + new_ids
     response_len = len(ids) - prompt_len
     mask = [1] * response_len
     logprobs = [-0.5] * response_len
