@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from code_judge.local import free_port
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,12 +75,6 @@ def test_image_installs_requirements_and_the_project_without_resolving_again():
         assert package in runs
     [[base]] = [args for args in dockerfile_instructions("ARG") if args[0].startswith("BASE_IMAGE=")]
     assert base == "BASE_IMAGE=verlai/verl:sgl0512.latest"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_entrypoint_starts_the_judge_before_the_command(tmp_path):

@@ -10,7 +10,7 @@ from verl.utils.tokenizer.continuous_token import QwenContinuousTokenBuilder
 
 from cleaner.rollout.chat_template import use_chat_template
 from cleaner.rollout.cli import load_tokenizer
-from cleaner.rollout.model_assets import default_cache_dir, resolve_model_path
+from cleaner.rollout.model_assets import default_cache_dir
 from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
 from cleaner.tools.code_interpreter import default_tool_schema
 
@@ -21,14 +21,6 @@ QUESTION = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "What is 2**20? Reply with one ```python code block."},
 ]
-
-
-@pytest.fixture(scope="module")
-def gguf():
-    try:
-        return resolve_model_path(None)
-    except FileNotFoundError as exc:
-        pytest.fail(f"demo model unavailable ({exc}); `make setup` installs it")
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,13 @@ purified trajectory is token-consistent (mask length, log-probs, decoding).
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
+from code_judge.local import free_port
 
 from cleaner.cli import main as cleaner_main
 from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
-from cleaner.rollout.model_assets import default_cache_dir, resolve_model_path
+from cleaner.rollout.model_assets import default_cache_dir
 from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
 from cleaner.rollout.records import read_records
 from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
@@ -34,24 +34,10 @@ PROBLEMS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def gguf():
-    try:
-        return resolve_model_path(None)
-    except FileNotFoundError as exc:
-        pytest.fail(f"demo model unavailable ({exc}); `make setup` installs it")
-
-
 @pytest.fixture(scope="module")
 def llama_server(gguf, tmp_path_factory):
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    with LlamaServerProcess(LlamaServerConfig(gguf, _free_port(), n_ctx=2048, n_parallel=1, n_threads=1), log) as server:
+    with LlamaServerProcess(LlamaServerConfig(gguf, free_port(), n_ctx=2048, n_parallel=1, n_threads=1), log) as server:
         yield server
 
 
