@@ -7,13 +7,13 @@ replacement, with fixed per-bucket seeds, so the same inputs always give the sam
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cleaner.data.records import iter_jsonl
 from cleaner.data.sources import is_code_source
 
 # The reference's default: drop unsolved and always-solved prompts, thin out the hardest solvable ones.
@@ -66,26 +66,18 @@ def parse_success_rate_ratios(text: str, attempts: int = DEFAULT_ATTEMPTS) -> di
 def read_stats(path: Path, attempts: int = DEFAULT_ATTEMPTS) -> dict[str, dict[str, Any]]:
     """uid -> stats record, from the reference's stats JSONL (one record per prompt)."""
     stats: dict[str, dict[str, Any]] = {}
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not valid JSON: {exc}") from exc
-            missing = [key for key in STATS_KEYS if key not in record]
-            if missing:
-                raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
-            if record["attempts"] != attempts:
-                raise ValueError(f"{where}: attempts={record['attempts']}, expected {attempts}")
-            if not 0 <= record["successes"] <= attempts:
-                raise ValueError(f"{where}: successes={record['successes']} is outside 0..{attempts}")
-            uid = str(record["uid"])
-            if uid in stats:
-                raise ValueError(f"{where}: uid {uid} appears twice")
-            stats[uid] = record
+    for where, record in iter_jsonl(path):
+        missing = [key for key in STATS_KEYS if key not in record]
+        if missing:
+            raise ValueError(f"{where}: missing key(s) {', '.join(missing)}")
+        if record["attempts"] != attempts:
+            raise ValueError(f"{where}: attempts={record['attempts']}, expected {attempts}")
+        if not 0 <= record["successes"] <= attempts:
+            raise ValueError(f"{where}: successes={record['successes']} is outside 0..{attempts}")
+        uid = str(record["uid"])
+        if uid in stats:
+            raise ValueError(f"{where}: uid {uid} appears twice")
+        stats[uid] = record
     return stats
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,21 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         frame = pd.read_parquet(path)
         return [to_plain(row) for row in frame.to_dict(orient="records")]
     if path.suffix == ".jsonl":
-        rows = []
-        with path.open(encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{line_number}: not valid JSON: {exc}") from exc
-        return rows
+        return [record for _, record in iter_jsonl(path)]
     raise ValueError(f"{path}: unsupported file type {path.suffix!r} (expected .parquet or .jsonl)")
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    """(`path:line`, record) for every non-blank line; the location lets callers name a bad record."""
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_number}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: not valid JSON: {exc}") from exc
 
 
 def to_plain(value: Any) -> Any:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cleaner.data.records import iter_jsonl
+
 logger = logging.getLogger(__name__)
 
 VERL_SAMPLE_KEY = re.compile(r"^(?P<prompt>.+)_(?P<session>\d+)_(?P<index>\d+)$")
@@ -53,17 +55,7 @@ def generation_file(path: Path) -> Path:
 
 def load_samples(path: Path, benchmark: str | None = None) -> list[Sample]:
     source = generation_file(path)
-    samples = []
-    with source.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{source}:{line_number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not valid JSON: {exc}") from exc
-            samples.append(sample_from_record(record, benchmark, where))
+    samples = [sample_from_record(record, benchmark, where) for where, record in iter_jsonl(source)]
     if not samples:
         raise ValueError(f"{source} holds no trajectories")
     return samples
