@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +14,9 @@ from pathlib import Path
 import httpx
 import redis
 
+from code_judge.local import answers_ping, free_port
+
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
@@ -101,10 +96,7 @@ class Service:
         def up() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"code-judge exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                return httpx.get(f"{self.url}/ping", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
+            return answers_ping(self.url)
 
         wait_until(up, START_TIMEOUT_S, f"/ping of {self.args}", 0.1)
         return self
