@@ -59,7 +59,7 @@ def echo_last_expression(code: str) -> str:
 
 
 def build_program(code: str, earlier_cells: Sequence[str] = (), echo: bool = True) -> CellProgram:
-    """The program for one call. `earlier_cells` are already-prepared sources of this trajectory's past successes."""
+    """The program for one call. `earlier_cells` are the model's sources of this trajectory's past successes."""
     cell = echo_last_expression(code) if echo else code
     if not earlier_cells:
         return CellProgram(source=cell, line_offset=0)
