@@ -141,13 +141,23 @@ def _require(payload: Any, key: str, backend: str) -> Any:
     return payload[key]
 
 
+def _stop_fields(sampling_params: dict[str, Any]) -> dict[str, Any]:
+    """Stop strings and stop token ids (SGLang and vLLM name them alike), only those the caller set."""
+    fields: dict[str, Any] = {}
+    if sampling_params.get("stop"):
+        fields["stop"] = sampling_params["stop"]
+    if sampling_params.get("stop_token_ids"):
+        fields["stop_token_ids"] = list(sampling_params["stop_token_ids"])
+    return fields
+
+
 class SGLangClient(TokenServerClient):
     def request(self, prompt_ids, sampling_params, max_new_tokens, seed):
-        params = {**_sampling_fields(sampling_params), "max_new_tokens": max_new_tokens}
-        if sampling_params.get("stop"):
-            params["stop"] = sampling_params["stop"]
-        if sampling_params.get("stop_token_ids"):
-            params["stop_token_ids"] = list(sampling_params["stop_token_ids"])
+        params = {
+            **_sampling_fields(sampling_params),
+            **_stop_fields(sampling_params),
+            "max_new_tokens": max_new_tokens,
+        }
         if seed is not None:
             params["sampling_seed"] = seed
         body = {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
@@ -181,11 +191,8 @@ class VLLMClient(TokenServerClient):
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
             **_sampling_fields(sampling_params),
+            **_stop_fields(sampling_params),
         }
-        if sampling_params.get("stop"):
-            body["stop"] = sampling_params["stop"]
-        if sampling_params.get("stop_token_ids"):
-            body["stop_token_ids"] = list(sampling_params["stop_token_ids"])
         if seed is not None:
             body["seed"] = seed
         return "/v1/completions", body
@@ -217,9 +224,11 @@ def _vllm_token_id(token: str) -> int:
     return int(token[len(prefix) :])
 
 
+LLAMACPP_FIELD_NAMES = {"repetition_penalty": "repeat_penalty"}  # the rest keep verl's names
+
+
 class LlamaCppClient(TokenServerClient):
     def request(self, prompt_ids, sampling_params, max_new_tokens, seed):
-        fields = _sampling_fields(sampling_params)
         body = {
             "prompt": list(prompt_ids),
             "n_predict": max_new_tokens,
@@ -229,14 +238,8 @@ class LlamaCppClient(TokenServerClient):
             # Plain temperature / top-p / top-k sampling, as verl's servers do (llama.cpp defaults add min-p).
             "min_p": 0.0,
         }
-        if "temperature" in fields:
-            body["temperature"] = fields["temperature"]
-        if "top_p" in fields:
-            body["top_p"] = fields["top_p"]
-        if "top_k" in fields:
-            body["top_k"] = fields["top_k"]
-        if "repetition_penalty" in fields:
-            body["repeat_penalty"] = fields["repetition_penalty"]
+        for key, value in _sampling_fields(sampling_params).items():
+            body[LLAMACPP_FIELD_NAMES.get(key, key)] = value
         if sampling_params.get("stop"):
             body["stop"] = sampling_params["stop"]
         if sampling_params.get("stop_token_ids"):
