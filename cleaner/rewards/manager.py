@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.dapo import DAPORewardManager
 
@@ -23,15 +25,11 @@ class CleanerDAPORewardManager(DAPORewardManager):
 
 
 def with_tool_extra_fields(data: DataProto) -> DataProto:
-    """A shallow copy of `data` whose last row's `extra_info` also holds that row's agent-loop `extra_fields`."""
+    """A shallow copy of `data` whose `extra_info` rows also hold each row's agent-loop `extra_fields`."""
     tool_extra_fields = data.non_tensor_batch.get("tool_extra_fields")
     if tool_extra_fields is None:
         return data
     extra_info = data.non_tensor_batch.get("extra_info")
-    merged = extra_info.copy() if extra_info is not None else tool_extra_fields.copy()
-    merged[-1] = {**(merged[-1] if extra_info is not None else {}), **tool_extra_fields[-1]}
-    return DataProto(
-        batch=data.batch,
-        non_tensor_batch={**data.non_tensor_batch, "extra_info": merged},
-        meta_info=data.meta_info,
-    )
+    merged = np.empty(len(tool_extra_fields), dtype=object)
+    merged[:] = [{**(extra_info[i] if extra_info is not None else {}), **fields} for i, fields in enumerate(tool_extra_fields)]
+    return DataProto(batch=data.batch, non_tensor_batch={**data.non_tensor_batch, "extra_info": merged}, meta_info=data.meta_info)
