@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from cleaner.data.records import iter_jsonl
+from cleaner.rollout.summary import model_errors
+from cleaner.saar.stats import PREFIX
 
 logger = logging.getLogger(__name__)
 
 VERL_SAMPLE_KEY = re.compile(r"^(?P<prompt>.+)_(?P<session>\d+)_(?P<index>\d+)$")
-SAAR_PREFIX = "saar_"
-FAIL_PREFIX = "saar_fail_"  # one counter per tool error category
-TOOL_ERRORS = "saar_tool_errors"  # derived: all failed tool calls of the trajectory
+FAIL_PREFIX = PREFIX + "fail_"  # one counter per tool error category
+TOOL_ERRORS = "saar_tool_errors"  # derived: model-caused failed tool calls, as `cleaner rollout` counts them
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,10 @@ def _saar_numbers(record: dict[str, Any]) -> dict[str, float]:
     numbers = {
         key: float(value)
         for key, value in record.items()
-        if key.startswith(SAAR_PREFIX) and isinstance(value, (bool, int, float))
+        if key.startswith(PREFIX) and isinstance(value, (bool, int, float))
     }
-    failures = [value for key, value in numbers.items() if key.startswith(FAIL_PREFIX)]
-    if failures:
-        numbers[TOOL_ERRORS] = sum(failures)
+    if any(key.startswith(FAIL_PREFIX) for key in numbers):
+        numbers[TOOL_ERRORS] = float(model_errors(record))
     return numbers
 
 

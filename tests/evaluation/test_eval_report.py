@@ -88,6 +88,15 @@ def test_rollout_jsonl_groups_by_uid_and_splits_benchmarks(tmp_path):
     assert results["gpqa_diamond"].pass_at["pass@1"] == 1.0 and results["gpqa_diamond"].problems == 1
 
 
+def test_tool_errors_count_the_models_failures_not_the_judges(tmp_path):
+    path = tmp_path / "rollout.jsonl"
+    record = {"data_source": "AIME2025", "uid": "p1", "score": 1.0, "acc": True, "pred": "3",
+              "saar_fail_syntax_error": 2, "saar_fail_judge_unreachable": 5}
+    path.write_text(json.dumps(record) + "\n")
+    [result] = summarize(load_samples(path))
+    assert result.saar["saar_tool_errors"] == 2.0
+
+
 def test_rollout_records_of_both_saar_modes_are_reported_apart(tmp_path):
     path = tmp_path / "rollout.jsonl"
     records = [
