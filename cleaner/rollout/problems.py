@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cleaner.data.records import read_rows
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
 
@@ -21,39 +22,9 @@ class Problem:
     agent_name: str | None = None
 
 
-def _plain(value: Any) -> Any:
-    """numpy arrays / pyarrow scalars from parquet as plain lists and dicts (JSON-serialisable)."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if path.suffix == ".parquet":
-        import pandas as pd
-
-        return [_plain(row) for row in pd.read_parquet(path).to_dict(orient="records")]
-    if path.suffix in (".jsonl", ".json"):
-        rows = []
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number}: not JSON: {exc}") from exc
-        return rows
-    raise ValueError(f"{path}: expected a .parquet or .jsonl file of problems")
-
-
 def load_problems(path: Path, limit: int | None = None) -> list[Problem]:
-    if not path.is_file():
-        raise FileNotFoundError(f"problem file not found: {path}")
     problems = []
-    for row_number, row in enumerate(_read_rows(path)):
+    for row_number, row in enumerate(read_rows(path)):
         missing = [column for column in REQUIRED_COLUMNS if column not in row]
         if missing:
             raise ValueError(f"{path} row {row_number}: missing column(s) {missing} (verl RLHF format)")
@@ -63,7 +34,8 @@ def load_problems(path: Path, limit: int | None = None) -> list[Problem]:
         reward_model = row["reward_model"]
         if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
             raise ValueError(f"{path} row {row_number}: `reward_model.ground_truth` is missing")
-        extra_info = dict(row.get("extra_info") or {})
+        # Parquet gives every row all the struct's keys, None where that row had none.
+        extra_info = {key: value for key, value in (row.get("extra_info") or {}).items() if value is not None}
         problem_id = str(extra_info.get("problem_id", extra_info.get("index", row_number)))
         problems.append(
             Problem(
