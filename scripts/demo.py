@@ -14,9 +14,8 @@ import logging
 import sys
 from pathlib import Path
 
+from cleaner.resources import DEMO_PROBLEMS, PYTHON_BLOCK_CHAT_TEMPLATE, resource_path
 from code_judge.local import free_port, local_judge
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def write_parquet(problems_jsonl: Path, target: Path) -> Path:
@@ -28,8 +27,10 @@ def write_parquet(problems_jsonl: Path, target: Path) -> Path:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", type=Path, help="use this GGUF instead of the bundled Qwen2.5-Coder-0.5B (Qwen2.5 family)")
-    parser.add_argument("--problems", type=Path, default=REPO / "dataset" / "demo" / "problems.jsonl")
+    parser.add_argument(
+        "--gguf", type=Path, help="use this GGUF instead of the bundled Qwen2.5-Coder-0.5B (Qwen2.5 family)"
+    )
+    parser.add_argument("--problems", type=Path, default=resource_path(DEMO_PROBLEMS))
     parser.add_argument("--out-dir", type=Path, default=Path("demo-output"))
     parser.add_argument("--limit", type=int, help="only the first N problems")
     parser.add_argument("-n", "--n-samples", type=int, default=1)
@@ -44,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--chat-template",
         type=Path,
-        default=REPO / "dataset" / "demo" / "python_block_chat_template.jinja",
+        default=resource_path(PYTHON_BLOCK_CHAT_TEMPLATE),
         help="Jinja chat template for the prompts (verl's custom_chat_template)",
     )
     parser.add_argument("--resume", action="store_true", help="keep earlier results in --out-dir and add to them")
@@ -84,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     from cleaner.rollout.model_assets import default_cache_dir, resolve_model_path
     from cleaner.rollout.problems import load_problems
     from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
-    from cleaner.rollout.records import read_records
     from cleaner.rollout.summary import render_markdown, render_table, summarize
+    from cleaner.trajectory.store import read_records
 
     console = Console()
     out = args.out_dir

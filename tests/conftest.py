@@ -10,9 +10,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# Tests that use these fixtures belong to a slow tier (markers registered in pyproject.toml).
+FIXTURE_TIERS = {"judge_url": "judge", "gguf": "real_model"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for fixture, marker in FIXTURE_TIERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
 @pytest.fixture(scope="session")
 def qwen3_tokenizer():
-    from cleaner.qwen_tokenizer import load_qwen3_tokenizer
+    from cleaner.rollout.qwen3_tokenizer import load_qwen3_tokenizer
 
     return load_qwen3_tokenizer()
 

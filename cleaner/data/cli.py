@@ -37,6 +37,7 @@ def input_errors_exit_1(command):
 
     return run
 
+
 FILTERED_PARQUET = "filtered_sr.parquet"
 FILTERED_STATS = "filtered_sr.stats.jsonl"
 NO_TOOL_SUFFIX = ".notool"
@@ -50,18 +51,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = data.add_subparsers(dest="data_command", required=True)
 
     prepare = commands.add_parser("prepare", help="published parquet/JSONL -> verl RLHF parquet")
-    prepare.add_argument("--input", type=Path, action="append", required=True, help="input file (repeatable; concatenated)")
+    prepare.add_argument(
+        "--input", type=Path, action="append", required=True, help="input file (repeatable; concatenated)"
+    )
     prepare.add_argument("--output", type=Path, required=True, help="output .parquet")
     prepare.add_argument("--split", choices=("train", "test"), default="train")
     prepare.add_argument("--no-tool", action="store_true", help="no-tool baseline: no tool hints, single-turn agent")
-    prepare.add_argument("--skip-bad", action="store_true", help="drop bad rows and report how many, instead of failing")
+    prepare.add_argument(
+        "--skip-bad", action="store_true", help="drop bad rows and report how many, instead of failing"
+    )
     prepare.add_argument("--data-source", help="data_source for rows that have none (eval files without the column)")
     prepare.set_defaults(func=run_prepare)
 
     prepare_all = commands.add_parser(
         "prepare-all", help="every published file (dataset/README.md layout) -> NAME.parquet and NAME.notool.parquet"
     )
-    prepare_all.add_argument("--raw-dir", type=Path, required=True, help="holds Open-AgentRL-30K/ and Open-AgentRL-Eval/")
+    prepare_all.add_argument(
+        "--raw-dir", type=Path, required=True, help="holds Open-AgentRL-30K/ and Open-AgentRL-Eval/"
+    )
     prepare_all.add_argument("--output-dir", type=Path, required=True)
     prepare_all.add_argument("--skip-bad", action="store_true")
     prepare_all.set_defaults(func=run_prepare_all)
@@ -79,14 +86,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     filt.add_argument("--attempts", type=int, default=DEFAULT_ATTEMPTS, help="rollouts per prompt in the stats")
     filt.add_argument(
-        "--prepared-dir", type=Path, help=f"also write the kept rows prepared for training: {FILTERED_PARQUET} and its no-tool twin"
+        "--prepared-dir",
+        type=Path,
+        help=f"also write the kept rows prepared for training: {FILTERED_PARQUET} and its no-tool twin",
     )
     filt.set_defaults(func=run_filter)
 
 
 @input_errors_exit_1
 def run_prepare(args: argparse.Namespace) -> int:
-    config = PrepareConfig(split=args.split, use_tools=not args.no_tool, skip_bad=args.skip_bad, data_source=args.data_source)
+    config = PrepareConfig(
+        split=args.split, use_tools=not args.no_tool, skip_bad=args.skip_bad, data_source=args.data_source
+    )
     rows = [row for path in args.input for row in read_rows(path)]
     return 0 if _prepare_to(rows, config, args.output) else 1
 
@@ -115,7 +126,9 @@ def single_parquet(directory: Path) -> Path:
     """The one parquet file of an eval directory (file names differ between releases)."""
     files = sorted(directory.glob("*.parquet"))
     if len(files) != 1:
-        raise FileNotFoundError(f"expected exactly one .parquet file in {directory}, found {len(files)} (see dataset/README.md)")
+        raise FileNotFoundError(
+            f"expected exactly one .parquet file in {directory}, found {len(files)} (see dataset/README.md)"
+        )
     return files[0]
 
 
@@ -139,7 +152,9 @@ def run_filter(args: argparse.Namespace) -> int:
     write_jsonl(result.stats, args.output_dir / FILTERED_STATS)
     Console().print(bucket_table(result))
     print(f"kept {len(result.rows)} of {len(rows)} rows -> {args.output_dir / FILTERED_PARQUET}")
-    if args.prepared_dir is not None and not _prepare_both(result.rows, "train", False, args.prepared_dir / FILTERED_PARQUET):
+    if args.prepared_dir is not None and not _prepare_both(
+        result.rows, "train", False, args.prepared_dir / FILTERED_PARQUET
+    ):
         return 1
     return 0
 

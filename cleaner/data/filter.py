@@ -102,7 +102,10 @@ def bucket_seed(bucket: int, attempts: int, code: bool) -> int:
 
 
 def filter_by_success_rate(
-    rows: list[dict[str, Any]], stats: dict[str, dict[str, Any]], ratios: dict[int, float], attempts: int = DEFAULT_ATTEMPTS
+    rows: list[dict[str, Any]],
+    stats: dict[str, dict[str, Any]],
+    ratios: dict[int, float],
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> FilterResult:
     """Keep int(count * ratio) rows of every (bucket, code?) group; the uid of row i is str(i)."""
     missing = [str(index) for index in range(len(rows)) if str(index) not in stats]

@@ -24,12 +24,12 @@ from cleaner.data.sources import (
     NO_TOOL_AGENT,
     NUMERIC_HINT,
     STDIO_HINT,
-    TOOL_AGENT,
     TOOL_HINT,
     TaskKind,
     math_intro,
     rule_for,
 )
+from cleaner.names import AGENT_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def prepare_row(row: dict[str, Any], row_number: int, config: PrepareConfig) -> 
         "ability": ability,
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": {"index": row_number, "split": config.split, "question_id": question_id},
-        "agent_name": TOOL_AGENT if config.use_tools else NO_TOOL_AGENT,
+        "agent_name": AGENT_NAME if config.use_tools else NO_TOOL_AGENT,
     }
 
 
@@ -187,8 +187,11 @@ def _gpqa(row, use_tools, _numeric_answer):
         raise ValueError(f"GPQA solution {letter!r} is not one of {', '.join(GPQA_LETTERS)}")
     domain = _answer_text(row.get("domain") or "science", "domain")
     content = (
-        math_intro(domain) + _answer_text(row["problem"], "problem") + (TOOL_HINT if use_tools else "")
-        + BOXED_HINT + LETTER_HINT
+        math_intro(domain)
+        + _answer_text(row["problem"], "problem")
+        + (TOOL_HINT if use_tools else "")
+        + BOXED_HINT
+        + LETTER_HINT
     )
     return _user(content), domain, letter, None
 

@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-TOOL_AGENT = "cleaner_tool_agent"
 NO_TOOL_AGENT = "single_turn_agent"
 
 
@@ -76,9 +75,7 @@ CODE_SUBMIT_HINT = (
     "\n\nWhen you are sure your program is correct, stop calling the tool and submit the complete program "
     "in one fenced block:\n```python\n# your code\n```"
 )
-STDIO_HINT = (
-    "\n\nYour program reads the input from standard input and writes the answer to standard output."
-)
+STDIO_HINT = "\n\nYour program reads the input from standard input and writes the answer to standard output."
 
 
 def math_intro(subject: str = "math") -> str:

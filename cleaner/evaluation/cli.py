@@ -11,9 +11,12 @@ from rich.console import Console
 from cleaner.data.cli import input_errors_exit_1
 from cleaner.data.records import read_rows, write_jsonl
 from cleaner.evaluation.generations import Sample, load_samples
-from cleaner.evaluation.livecodebench import attach_question_ids, custom_evaluation_records, question_ids_by_ground_truth
+from cleaner.evaluation.livecodebench import (
+    attach_question_ids,
+    custom_evaluation_records,
+    question_ids_by_ground_truth,
+)
 from cleaner.evaluation.report import results_table, summarize, write_results
-
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +56,9 @@ def _add_generations(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run_info(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run", action="append", default=[], metavar="KEY=VALUE", help="run settings kept in results.json")
+    parser.add_argument(
+        "--run", action="append", default=[], metavar="KEY=VALUE", help="run settings kept in results.json"
+    )
 
 
 def _key_value(text: str, what: str) -> tuple[str | None, str]:
@@ -127,9 +132,14 @@ def run_lcb_score(args: argparse.Namespace) -> int:
     ]
     args.output_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(
-        [{"question_id": s.question_id, "problem": s.problem, "passed": c.passed, "total": c.total} for s, c in zip(samples, scores)],
+        [
+            {"question_id": s.question_id, "problem": s.problem, "passed": c.passed, "total": c.total}
+            for s, c in zip(samples, scores)
+        ],
         args.output_dir / "lcb_judged.jsonl",
     )
-    (args.output_dir / "lcb_custom_output.json").write_text(json.dumps(custom_evaluation_records(samples), indent=1) + "\n")
+    (args.output_dir / "lcb_custom_output.json").write_text(
+        json.dumps(custom_evaluation_records(samples), indent=1) + "\n"
+    )
     _report(judged, args.output_dir, {**_run_info(args), "scored_by": args.judge_url})
     return 0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from cleaner.evaluation.generations import Sample
-from cleaner.evaluation.livecodebench import extract_program, runnable_program, hidden_tests
+from cleaner.evaluation.livecodebench import extract_program, hidden_tests, runnable_program
 from cleaner.tools.judge_client import JudgeClient, JudgeClientConfig, JudgeSubmission
 
 

@@ -91,7 +91,11 @@ def hidden_tests(ground_truth: str) -> tuple[list[HiddenTest], str | None]:
     cases = []
     for given, expected in zip(spec["inputs"], spec["outputs"], strict=True):
         if fn_name:
-            args = given if isinstance(given, list) else [json.loads(line) for line in str(given).splitlines() if line.strip()]
+            args = (
+                given
+                if isinstance(given, list)
+                else [json.loads(line) for line in str(given).splitlines() if line.strip()]
+            )
             value = json.loads(expected) if isinstance(expected, str) else expected
             cases.append(HiddenTest("\n".join(json.dumps(arg) for arg in args) + "\n", json.dumps(value)))
         else:

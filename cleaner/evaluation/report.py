@@ -17,7 +17,12 @@ from cleaner.evaluation.metrics import majority_correct, pass_at_k, report_ks
 logger = logging.getLogger(__name__)
 
 # The SAAR columns of the printed table (the JSON and CSV files keep every saar_* statistic).
-PRINTED_SAAR = ("saar_rollbacks_triggered", "saar_rollbacks_recovered", "saar_tool_errors", "saar_spliced_token_fraction")
+PRINTED_SAAR = (
+    "saar_rollbacks_triggered",
+    "saar_rollbacks_recovered",
+    "saar_tool_errors",
+    "saar_spliced_token_fraction",
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,9 @@ def _summarize_one(name: str, problems: dict[str, list[Sample]]) -> BenchmarkRes
     groups = list(problems.values())
     has_answers = any(s.answer for group in groups for s in group)
     maj = (
-        _mean([majority_correct([s.answer for s in g], [s.correct for s in g]) for g in groups]) if has_answers else None
+        _mean([majority_correct([s.answer for s in g], [s.correct for s in g]) for g in groups])
+        if has_answers
+        else None
     )
     flat = [s for group in groups for s in group]
     saar_keys = sorted({key for s in flat for key in s.saar})

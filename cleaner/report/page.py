@@ -65,7 +65,12 @@ def charts(summaries: list[ModeSummary]) -> list[BarChart]:
     if all(s.latency_s is not None for s in summaries):
         result.append(BarChart("Latency per trajectory (s)", ["latency"], per_mode(lambda s: s.latency_s)))
         result.append(
-            BarChart("Generated tokens per trajectory", ["generated"], per_mode(lambda s: s.generated_tokens_per_traj), "{:.0f}")
+            BarChart(
+                "Generated tokens per trajectory",
+                ["generated"],
+                per_mode(lambda s: s.generated_tokens_per_traj),
+                "{:.0f}",
+            )
         )
     return result
 
@@ -73,7 +78,15 @@ def charts(summaries: list[ModeSummary]) -> list[BarChart]:
 def code_diff(old: str, new: str) -> str:
     lines = []
     for line in difflib.unified_diff(old.splitlines(), new.splitlines(), "failed", "replacement", lineterm="", n=2):
-        css = "add" if line.startswith("+") else "del" if line.startswith("-") else "hunk" if line.startswith("@@") else ""
+        css = (
+            "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "hunk"
+            if line.startswith("@@")
+            else ""
+        )
         lines.append(f'<span class="{css}">{_e(line)}</span>' if css else _e(line))
     return '<pre class="diff">' + ("\n".join(lines) or "(identical code)") + "</pre>"
 
@@ -104,10 +117,14 @@ def raw_view(record: dict[str, Any]) -> str:
         if piece["role"] == "assistant" and turn in removed and turn not in shown:
             event = removed[turn]
             shown.add(turn)
-            parts.append(f'<pre class="assistant failed">[rolled-back attempt; its code:]\n{_e(event["failed_code"])}</pre>')
+            parts.append(
+                f'<pre class="assistant failed">[rolled-back attempt; its code:]\n{_e(event["failed_code"])}</pre>'
+            )
             parts.append(f'<pre class="context failed">{_e(event["error_text"])}</pre>')
             if event["retries"] > 1:
-                parts.append(f'<pre class="context failed">({event["retries"] - 1} more failed resample(s) not shown)</pre>')
+                parts.append(
+                    f'<pre class="context failed">({event["retries"] - 1} more failed resample(s) not shown)</pre>'
+                )
         css = piece["role"]
         parts.append(f'<pre class="{css}">{_e(piece["text"])}</pre>')
     return "".join(parts)
@@ -140,8 +157,8 @@ def rollback_section(record: dict[str, Any]) -> str:
 def trajectory_html(record: dict[str, Any]) -> str:
     events = record.get(PREFIX + "rollback_events") or []
     head = (
-        f'{_e(record["problem_id"])} · sample {record["sample"]} · SAAR {"on" if record["saar"] else "off"} · '
-        f'score {float(record["score"]):.2f} · {len(events)} rollback(s)'
+        f"{_e(record['problem_id'])} · sample {record['sample']} · SAAR {'on' if record['saar'] else 'off'} · "
+        f"score {float(record['score']):.2f} · {len(events)} rollback(s)"
     )
     return (
         f'<details class="traj" data-key="{_e(record["key"])}"><summary>{head}</summary>'
@@ -161,7 +178,10 @@ def render_report(records: list[dict[str, Any]], sources: list[str], max_traject
         '<table class="summary"><tr><th>metric</th>'
         + "".join(f"<th>{_e(s.label)}</th>" for s in summaries)
         + "</tr>"
-        + "".join("<tr><td>" + _e(name) + "</td>" + "".join(f"<td>{_e(v)}</td>" for v in values) + "</tr>" for name, values in rows)
+        + "".join(
+            "<tr><td>" + _e(name) + "</td>" + "".join(f"<td>{_e(v)}</td>" for v in values) + "</tr>"
+            for name, values in rows
+        )
         + "</table>"
     )
     extra = added_latency(summaries)
@@ -169,13 +189,14 @@ def render_report(records: list[dict[str, Any]], sources: list[str], max_traject
     plots = "".join(render_bar_chart(chart, f"chart-{index}") for index, chart in enumerate(charts(summaries)))
     # Trajectories with rollbacks first: they are what the report is for.
     ordered = sorted(
-        records, key=lambda r: (-len(r.get(PREFIX + "rollback_events") or []), str(r["problem_id"]), r["sample"], r["saar"])
+        records,
+        key=lambda r: (-len(r.get(PREFIX + "rollback_events") or []), str(r["problem_id"]), r["sample"], r["saar"]),
     )
     shown = ordered[:max_trajectories]
     note = f"<p>Showing {len(shown)} of {len(records)} trajectories.</p>" if len(shown) < len(records) else ""
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>CLEANER rollout report</title>"
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>CLEANER rollout report</title>'
         f"<style>{STYLE}</style></head><body>"
         f"<h1>CLEANER rollout report</h1><p>{len(records)} trajectories from {_e(', '.join(sources))} · {generated}</p>"
         f"<h2>Summary</h2>{table}{latency_note}"

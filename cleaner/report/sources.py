@@ -10,13 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cleaner.rollout.records import read_records
 from cleaner.saar.stats import PREFIX
+from cleaner.trajectory.store import read_records
 
 
 def _from_verl_row(row: dict[str, Any], where: str) -> dict[str, Any]:
     if "output" not in row or "score" not in row:
-        raise ValueError(f"{where}: neither a `cleaner rollout` record (no `pieces`) nor a verl dump row (no `output`/`score`)")
+        raise ValueError(
+            f"{where}: neither a `cleaner rollout` record (no `pieces`) nor a verl dump row (no `output`/`score`)"
+        )
     uid = str(row.get("uid", row.get("index", where)))
     return {
         **row,
@@ -25,7 +27,9 @@ def _from_verl_row(row: dict[str, Any], where: str) -> dict[str, Any]:
         "sample": 0,
         "saar": bool(row.get(PREFIX + "rollback_enabled", False)),
         "prompt_text": str(row.get("input", "")),
-        "pieces": [{"role": "assistant", "turn": 0, "start": 0, "end": 0, "text": str(row["output"]), "spliced_attempt": None}],
+        "pieces": [
+            {"role": "assistant", "turn": 0, "start": 0, "end": 0, "text": str(row["output"]), "spliced_attempt": None}
+        ],
         "ground_truth": row.get("gts", row.get("ground_truth")),
         "timing": None,
     }

@@ -20,7 +20,9 @@ class BarChart:
     def __post_init__(self) -> None:
         for label, values in self.series.items():
             if len(values) != len(self.categories):
-                raise ValueError(f"chart {self.title!r}: series {label!r} has {len(values)} values for {len(self.categories)} categories")
+                raise ValueError(
+                    f"chart {self.title!r}: series {label!r} has {len(values)} values for {len(self.categories)} categories"
+                )
 
 
 def render_bar_chart(chart: BarChart, chart_id: str) -> str:
@@ -34,7 +36,7 @@ def render_bar_chart(chart: BarChart, chart_id: str) -> str:
         f'<svg class="chart" id="{escape(chart_id)}" role="img" aria-label="{escape(chart.title)}" '
         f'xmlns="http://www.w3.org/2000/svg" width="{chart.width}" height="{chart.height}" '
         f'viewBox="0 0 {chart.width} {chart.height}">',
-        f'<title>{escape(chart.title)}</title>',
+        f"<title>{escape(chart.title)}</title>",
         f'<text x="{chart.width / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{escape(chart.title)}</text>',
         f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#333"/>',
     ]

@@ -26,7 +26,7 @@ CALL_PRELUDE = (
 # Shared by both harnesses. `_cleaner_same` accepts what the stored answers mean rather than their exact JSON:
 # tuples equal lists, floats are compared with a tolerance, and a one-element list (TACO wraps return values
 # that way) equals its element.
-_HARNESS_HEAD = '''import io as _io
+_HARNESS_HEAD = """import io as _io
 import json as _json
 import math as _math
 import sys as _sys
@@ -55,7 +55,7 @@ def _cleaner_plain(value):
 _cleaner_stdout = _sys.stdout
 _sys.stdout = _io.StringIO()
 _cleaner_namespace = {"__name__": "__solution__"}
-'''
+"""
 
 
 def call_program(solution: str, fn_name: str, args: list[Any], expected: Any, token: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import json
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from cleaner.rewards.code_harness import assertion_program, call_program
 from cleaner.tools.judge_client import JudgeSubmission
@@ -39,7 +39,7 @@ class AssertionTest:
     entry_point: str
 
 
-CodeTest = Union[StdioTest, CallTest, AssertionTest]
+CodeTest = StdioTest | CallTest | AssertionTest
 
 
 class GroundTruthError(ValueError):

@@ -52,4 +52,6 @@ async def score_math(solution_str: str, ground_truth: Any, config: RewardConfig)
 
 
 def _strict_result(pred: str, gold: str) -> RewardResult:
-    return RewardResult.correct(pred) if strictly_equal(pred, gold) else RewardResult.incorrect(pred, Reason.WRONG_ANSWER)
+    return (
+        RewardResult.correct(pred) if strictly_equal(pred, gold) else RewardResult.incorrect(pred, Reason.WRONG_ANSWER)
+    )

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 from pathlib import Path
 
+from cleaner.names import AGENT_NAME
+
 from .client_config import BACKENDS, ServerClientConfig
 
 SAAR_MODES = {"on": (True,), "off": (False,)}
@@ -28,8 +30,18 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--chat-template", type=Path, help="Jinja chat template replacing the tokenizer's (verl: custom_chat_template)"
     )
+    parser.add_argument(
+        "--tool-config",
+        type=Path,
+        help="verl tool yaml (default: the one cleaner ships, cleaner/resources/python_tool.yaml)",
+    )
     parser.add_argument("--judge-url", help="code-judge URL (overrides judge_url in the tool config)")
-    parser.add_argument("--saar", choices=sorted(SAAR_MODES), default="on", help="SAAR rollback on or off (write each mode to its own --output)")
+    parser.add_argument(
+        "--saar",
+        choices=sorted(SAAR_MODES),
+        default="on",
+        help="SAAR rollback on or off (write each mode to its own --output)",
+    )
     parser.add_argument("-n", "--n-samples", type=int, default=1, help="trajectories per problem")
     parser.add_argument("--limit", type=int, help="only the first N problems")
     parser.add_argument("--concurrency", type=int, default=2, help="trajectories in flight")
@@ -46,7 +58,7 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--model-type", default="qwen2", help="Hugging Face model_type of the served model (picks verl's token builder)"
     )
-    parser.add_argument("--agent-name", default="cleaner_tool_agent", help="for problems without agent_name")
+    parser.add_argument("--agent-name", default=AGENT_NAME, help="for problems without agent_name")
     parser.add_argument("--override", action="append", default=[], help="extra hydra override of verl's config")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=run)
@@ -78,15 +90,17 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from cleaner.rewards import compute_score
+    from cleaner.trajectory.store import read_records
 
     from .clients import make_client
     from .driver import RolloutRunner, RolloutSettings
     from .problems import load_problems
-    from .records import read_records
     from .summary import render_table, summarize
 
     problems = load_problems(args.data, args.limit)
+    tool_config = {} if args.tool_config is None else {"tool_config_path": args.tool_config}
     settings = RolloutSettings(
+        **tool_config,
         output_path=args.output,
         n_samples=args.n_samples,
         saar_modes=SAAR_MODES[args.saar],
@@ -126,9 +140,7 @@ def run(args: argparse.Namespace) -> int:
     result = asyncio.run(main())
     console = Console()
     wanted = {problem.problem_id for problem in problems}
-    records = [
-        r for r in read_records(args.output) if r["problem_id"] in wanted and r["saar"] in settings.saar_modes
-    ]
+    records = [r for r in read_records(args.output) if r["problem_id"] in wanted and r["saar"] in settings.saar_modes]
     if records:
         console.print(render_table(summarize(records), title=f"rollout summary ({args.output})"))
     for saar, wall in sorted(result.wall_s_per_mode.items()):

@@ -2,7 +2,8 @@
 
 verl's agent loops call `await server_manager.generate(request_id, *, prompt_ids, sampling_params, ...)`
 and expect a `TokenOutput` (sampled ids + their log-probs). These clients give the same call over HTTP for
-three servers, so the training agent loop can run unchanged against any of them:
+three servers, answering a verl-free `ServerOutput` with the same fields; `cleaner.verl.standalone`
+turns it into verl's `TokenOutput`, so the training agent loop runs unchanged against any of them:
 
 - SGLang's native `/generate` (`input_ids`),
 - vLLM's OpenAI `/v1/completions` with a token-id prompt,
@@ -13,12 +14,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from verl.workers.rollout.replica import TokenOutput
 
 from .client_config import ServerClientConfig
+
+
+@dataclass(frozen=True)
+class ServerOutput:
+    """One generation: the fields of verl's `TokenOutput` that the HTTP servers fill."""
+
+    token_ids: list[int]
+    log_probs: list[float] | None
+    stop_reason: str  # "completed" or "aborted", as verl names them
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+
 
 class InferenceServerError(RuntimeError):
     """The server refused the request, failed, or answered something that is not a generation."""
@@ -50,7 +62,9 @@ class TokenServerClient(ABC):
     def http(self) -> httpx.AsyncClient:
         if self._http is None:
             limits = httpx.Limits(max_connections=self.config.max_connections)
-            self._http = httpx.AsyncClient(base_url=self.config.url, timeout=self.config.request_timeout_s, limits=limits)
+            self._http = httpx.AsyncClient(
+                base_url=self.config.url, timeout=self.config.request_timeout_s, limits=limits
+            )
         return self._http
 
     async def aclose(self) -> None:
@@ -68,7 +82,7 @@ class TokenServerClient(ABC):
         video_data: Any = None,
         audio_data: Any = None,
         **_unused: Any,
-    ) -> TokenOutput:
+    ) -> ServerOutput:
         if image_data or video_data or audio_data:
             raise InferenceServerError("multi-modal inputs are not supported by the HTTP rollout clients")
         if not prompt_ids:
@@ -93,7 +107,9 @@ class TokenServerClient(ABC):
         try:
             payload = response.json()
         except ValueError as exc:
-            raise InferenceServerError(f"{self.config.backend} server answered non-JSON: {response.text[:200]}") from exc
+            raise InferenceServerError(
+                f"{self.config.backend} server answered non-JSON: {response.text[:200]}"
+            ) from exc
         output = self.parse(payload)
         if output.log_probs is not None and len(output.log_probs) != len(output.token_ids):
             raise InferenceServerError(
@@ -123,8 +139,8 @@ class TokenServerClient(ABC):
         """(path, JSON body) of one generation request."""
 
     @abstractmethod
-    def parse(self, payload: dict[str, Any]) -> TokenOutput:
-        """The server's JSON answer as a TokenOutput (raise InferenceServerError if it is not one)."""
+    def parse(self, payload: dict[str, Any]) -> ServerOutput:
+        """The server's JSON answer as a ServerOutput (raise InferenceServerError if it is not one)."""
 
 
 def _sampling_fields(sampling_params: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +188,7 @@ class SGLangClient(TokenServerClient):
         if output_ids is not None and list(output_ids) != token_ids:
             raise InferenceServerError("sglang output_ids disagree with output_token_logprobs")
         finish = (meta.get("finish_reason") or {}).get("type")
-        return TokenOutput(
+        return ServerOutput(
             token_ids=token_ids,
             log_probs=log_probs,
             stop_reason="aborted" if finish == "abort" else "completed",
@@ -209,7 +225,7 @@ class VLLMClient(TokenServerClient):
             # Older servers: ids only as "token_id:N" strings (return_tokens_as_token_ids).
             token_ids = [_vllm_token_id(tok) for tok in _require(logprobs, "tokens", "vllm")]
         finish = choice.get("finish_reason")
-        return TokenOutput(
+        return ServerOutput(
             token_ids=[int(t) for t in token_ids],
             log_probs=log_probs,
             stop_reason="aborted" if finish == "abort" else "completed",
@@ -220,7 +236,9 @@ class VLLMClient(TokenServerClient):
 def _vllm_token_id(token: str) -> int:
     prefix = "token_id:"
     if not token.startswith(prefix):
-        raise InferenceServerError(f"vllm returned token {token!r} without its id; upgrade vLLM (needs return_token_ids)")
+        raise InferenceServerError(
+            f"vllm returned token {token!r} without its id; upgrade vLLM (needs return_token_ids)"
+        )
     return int(token[len(prefix) :])
 
 
@@ -257,7 +275,7 @@ class LlamaCppClient(TokenServerClient):
         if [int(p["id"]) for p in probs] != token_ids:
             raise InferenceServerError("llama.cpp completion_probabilities ids disagree with tokens")
         stop_type = payload.get("stop_type")
-        return TokenOutput(
+        return ServerOutput(
             token_ids=token_ids,
             log_probs=[float(p["logprob"]) for p in probs],
             stop_reason="completed",

@@ -1,33 +1,32 @@
 """Run the CLEANER agent loop used in training over a problem set, against a running inference server.
 
 Nothing here re-implements the loop: each trajectory instantiates the registered agent-loop class exactly
-as verl's `AgentLoopWorker` does (`hydra.utils.instantiate` of the registry entry with the composed
-trainer config, our tools and tool parser), then awaits `run()`. The server behind `generate()` is one of
-the HTTP clients in `cleaner.rollout.clients`.
+as verl's `AgentLoopWorker` does (`cleaner.verl.standalone`), then awaits `run()`. The server behind
+`generate()` is one of the HTTP clients in `cleaner.rollout.clients`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
-import io
 import logging
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from cleaner.names import AGENT_NAME
+from cleaner.resources import AGENT_LOOP_CONFIG, TOOL_CONFIG, resource_path
+from cleaner.trajectory.record import CallTiming, build_record, trajectory_key
+from cleaner.trajectory.store import RecordFile
 
 from .problems import Problem
-from .records import CallTiming, RecordFile, build_record, trajectory_key
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TOOL_CONFIG = REPO_ROOT / "recipe" / "cleaner" / "config" / "python_tool.yaml"
-DEFAULT_AGENT_LOOP_CONFIG = REPO_ROOT / "recipe" / "cleaner" / "config" / "agent_loop.yaml"
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
 
 
@@ -36,9 +35,9 @@ class RolloutSettings:
     output_path: Path
     n_samples: int = 1
     saar_modes: tuple[bool, ...] = (True,)  # run all problems once per mode, SAAR off first if both
-    agent_name: str = "cleaner_tool_agent"
-    tool_config_path: Path = DEFAULT_TOOL_CONFIG
-    agent_loop_config_path: Path = DEFAULT_AGENT_LOOP_CONFIG
+    agent_name: str = AGENT_NAME
+    tool_config_path: Path = field(default_factory=lambda: resource_path(TOOL_CONFIG))
+    agent_loop_config_path: Path = field(default_factory=lambda: resource_path(AGENT_LOOP_CONFIG))
     judge_url: str | None = None  # overrides judge_url of the tools in the tool config
     tool_format: str = "hermes"  # verl ToolParser name
     hf_model_type: str = "qwen2"  # picks verl's continuous-token builder
@@ -83,13 +82,9 @@ def tool_config_with_judge(source: Path, judge_url: str | None, workdir: Path) -
     return target
 
 
-def compose_trainer_config(settings: RolloutSettings, tool_config: Path, saar: bool):
-    """verl's ppo_trainer config with the multi-turn, tool and SAAR keys this rollout needs."""
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    overrides = [
+def trainer_overrides(settings: RolloutSettings, tool_config: Path, saar: bool) -> list[str]:
+    """The overrides of verl's ppo_trainer config with the multi-turn, tool and SAAR keys this rollout needs."""
+    return [
         f"data.max_prompt_length={settings.prompt_length}",
         f"data.max_response_length={settings.response_length}",
         f"actor_rollout_ref.rollout.prompt_length={settings.prompt_length}",
@@ -103,20 +98,6 @@ def compose_trainer_config(settings: RolloutSettings, tool_config: Path, saar: b
         f"+{MULTI_TURN}.enable_tool_rollback={'true' if saar else 'false'}",
         *settings.overrides,
     ]
-    config_dir = Path(verl.__file__).parent / "trainer" / "config"
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        return compose("ppo_trainer", overrides=overrides)
-
-
-def register_agent_loops(agent_loop_config_path: Path) -> dict[str, Any]:
-    """Load the agent-loop yaml into verl's registry, as `AgentLoopWorker.__init__` does."""
-    from omegaconf import OmegaConf
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
-
-    for entry in OmegaConf.load(agent_loop_config_path):
-        _agent_loop_registry[entry.name] = entry
-    return _agent_loop_registry
 
 
 class MeteredServer:
@@ -160,7 +141,9 @@ async def _score(compute_score: Callable, problem: Problem, response_text: str, 
 
 
 class RolloutRunner:
-    def __init__(self, settings: RolloutSettings, client, tokenizer, compute_score: Callable, show_progress: bool = True):
+    def __init__(
+        self, settings: RolloutSettings, client, tokenizer, compute_score: Callable, show_progress: bool = True
+    ):
         self.settings = settings
         self.client = client
         self.tokenizer = tokenizer
@@ -168,27 +151,27 @@ class RolloutRunner:
         self.show_progress = show_progress
 
     async def run(self, problems: list[Problem]) -> RolloutResult:
-        import hydra.utils
-        from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
-        from verl.tools.tool_registry import load_all_tools
-        from verl.utils.dataset.rl_dataset import RLHFDataset
+        from cleaner.verl.standalone import AgentLoopFactory, load_tools, register_agent_loops
+        from cleaner.verl.trainer_config import compose_trainer_config
 
         registry = register_agent_loops(self.settings.agent_loop_config_path)
         for problem in problems:
             name = problem.agent_name or self.settings.agent_name
             if name not in registry:
-                raise ValueError(f"problem {problem.problem_id}: agent loop {name!r} is not registered ({sorted(registry)})")
+                raise ValueError(
+                    f"problem {problem.problem_id}: agent loop {name!r} is not registered ({sorted(registry)})"
+                )
 
         written, skipped, failed, wall = 0, 0, [], {}
-        with tempfile.TemporaryDirectory(prefix="cleaner-rollout-") as workdir, RecordFile(self.settings.output_path) as out:
+        with (
+            tempfile.TemporaryDirectory(prefix="cleaner-rollout-") as workdir,
+            RecordFile(self.settings.output_path) as out,
+        ):
             tool_config = tool_config_with_judge(self.settings.tool_config_path, self.settings.judge_url, Path(workdir))
-            # verl's BaseTool.__init__ print()s each schema; keep it out of the progress display.
-            with contextlib.redirect_stdout(io.StringIO()) as printed:
-                tools = load_all_tools(tool_config_path=str(tool_config), function_tool_path=None)
-            logger.debug("tools loaded: %s", printed.getvalue())
+            tools = load_tools(tool_config)
             # One pass per mode (SAAR off, then on), never interleaved, so each pass's wall time is its own.
             for saar in sorted(set(self.settings.saar_modes)):
-                config = compose_trainer_config(self.settings, tool_config, saar)
+                config = compose_trainer_config(trainer_overrides(self.settings, tool_config, saar))
                 jobs = [
                     (index, problem, sample)
                     for index, problem in enumerate(problems)
@@ -197,18 +180,9 @@ class RolloutRunner:
                 ]
                 skipped += len(problems) * self.settings.n_samples - len(jobs)
 
-                def new_loop(server, name):
-                    return hydra.utils.instantiate(
-                        registry[name],
-                        trainer_config=DictConfigWrap(config=config),
-                        server_manager=server,
-                        tokenizer=self.tokenizer,
-                        processor=None,
-                        hf_model_type=self.settings.hf_model_type,
-                        dataset_cls=RLHFDataset,
-                        data_config=DictConfigWrap(config.data),
-                        tools=ToolListWrap(tools),
-                    )
+                new_loop = AgentLoopFactory(
+                    registry, config, self.tokenizer, self.settings.hf_model_type, tools
+                ).new_loop
 
                 # A configuration error (unknown parser, SAAR setting, tool) fails here once, not per trajectory.
                 for name in {problem.agent_name or self.settings.agent_name for problem in problems}:
@@ -224,7 +198,9 @@ class RolloutRunner:
         from tqdm import tqdm
 
         semaphore = asyncio.Semaphore(self.settings.concurrency)
-        progress = tqdm(total=len(jobs), desc=f"rollout (SAAR {'on' if saar else 'off'})", disable=not self.show_progress)
+        progress = tqdm(
+            total=len(jobs), desc=f"rollout (SAAR {'on' if saar else 'off'})", disable=not self.show_progress
+        )
 
         async def one(index: int, problem: Problem, sample: int):
             key = trajectory_key(problem.problem_id, sample, saar)

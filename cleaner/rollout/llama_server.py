@@ -106,7 +106,9 @@ class LlamaServerProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise TimeoutError(f"llama.cpp server not healthy after {self.config.startup_timeout_s} s (log: {self.log_path})")
+        raise TimeoutError(
+            f"llama.cpp server not healthy after {self.config.startup_timeout_s} s (log: {self.log_path})"
+        )
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the server has used so far: model compute, insensitive to other load."""
@@ -143,9 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"))
     if not args.model.is_file():
         parser.error(f"GGUF model file not found: {args.model}")
-    serve_forever(
-        LlamaServerConfig(args.model, args.port, args.host, args.n_ctx, args.n_parallel, args.threads)
-    )
+    serve_forever(LlamaServerConfig(args.model, args.port, args.host, args.n_ctx, args.n_parallel, args.threads))
     return 0
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import mean
-from typing import Any, Iterable
+from typing import Any
 
 from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
 from cleaner.saar.stats import PREFIX
@@ -119,7 +120,10 @@ def summary_rows(summaries: list[ModeSummary]) -> list[tuple[str, list[str]]]:
         ("tool errors / trajectory (kept)", [f"{s.visible_errors_per_traj:.2f}" for s in summaries]),
         ("rollbacks triggered", [str(s.rollbacks_triggered) for s in summaries]),
         ("recovery rate", [f"{s.recovery_rate:.1%}" for s in summaries]),
-        ("shallow / deep / failed", [f"{s.rollbacks_shallow} / {s.rollbacks_deep} / {s.rollbacks_failed}" for s in summaries]),
+        (
+            "shallow / deep / failed",
+            [f"{s.rollbacks_shallow} / {s.rollbacks_deep} / {s.rollbacks_failed}" for s in summaries],
+        ),
         ("resampled tokens / trajectory", [f"{s.resampled_tokens_per_traj:.1f}" for s in summaries]),
         ("spliced token fraction", [f"{s.spliced_token_fraction:.1%}" for s in summaries]),
         ("response tokens / trajectory", [f"{s.response_tokens_per_traj:.1f}" for s in summaries]),

@@ -13,7 +13,7 @@ from typing import Any
 from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, MODEL_ERROR_CATEGORIES, ErrorCategory
 from cleaner.saar.similarity import SIMILARITIES
 
-# The cleaner agent-loop workers (cleaner.agent_loop_manager) put verl's per-trajectory validate flag into
+# The cleaner agent-loop workers (cleaner.verl.agent_loop_manager) put verl's per-trajectory validate flag into
 # the sampling params under this key, because verl hands agent loops no such flag; the loop strips it
 # before anything reaches the inference server.
 VALIDATE_FLAG_KEY = "__cleaner_validate__"

@@ -63,7 +63,9 @@ class ToolOutcome:
         if self.category is not None:
             expected = OutcomeKind.MODEL_ERROR if self.category in MODEL_ERROR_CATEGORIES else OutcomeKind.INFRA_ERROR
             if self.kind is not expected:
-                raise ValueError(f"ToolOutcome: category {self.category.value} is a {expected.value}, not {self.kind.value}")
+                raise ValueError(
+                    f"ToolOutcome: category {self.category.value} is a {expected.value}, not {self.kind.value}"
+                )
 
     @classmethod
     def ok(cls) -> ToolOutcome:

@@ -137,7 +137,9 @@ class RollbackPolicy:
         shallow = splittable and similarity >= self.config.rollback_similarity_threshold
         return ("shallow" if shallow else "deep"), similarity
 
-    def on_purified(self, mode: SpliceMode, similarity: float, replacement_code: str, mentions_error: bool) -> RollbackEvent:
+    def on_purified(
+        self, mode: SpliceMode, similarity: float, replacement_code: str, mentions_error: bool
+    ) -> RollbackEvent:
         assert self.open is not None, "on_purified without an open position"
         event = self.open.event
         event.mode = mode

@@ -1,29 +1,18 @@
-"""`code_interpreter`: the verl tool that runs the model's Python on the code-judge service.
+"""`code_interpreter`: runs the model's Python on the code-judge service (the verl-free part of the tool).
 
 It takes one required string argument, `code` (the schema DemyAgent/CLEANER checkpoints were trained on), and
-returns the reference-format text plus `{TOOL_OUTCOME_KEY: ToolOutcome.to_dict()}` in its metrics, which is what
-the SAAR loop decides on. verl cuts the text to `max_tool_response_length`; this tool only caps each output
-stream at `max_output_chars` so a runaway print cannot dwarf everything else.
+answers with the reference-format text plus a `ToolOutcome`, which is what the SAAR loop decides on. verl cuts
+the text to `max_tool_response_length`; this tool only caps each output stream at `max_output_chars` so a
+runaway print cannot dwarf everything else. verl reaches it through `cleaner.verl.code_interpreter_tool`.
 """
 
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import (
-    OpenAIFunctionParametersSchema,
-    OpenAIFunctionPropertySchema,
-    OpenAIFunctionSchema,
-    OpenAIFunctionToolSchema,
-    ToolResponse,
-)
-
-import cleaner.tools.tool_parser  # noqa: F401  (registers `cleaner_lenient*` wherever this tool is loaded)
-from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome
+from cleaner.saar.outcome import ErrorCategory, ToolOutcome
 from cleaner.tools.cell import build_program
 from cleaner.tools.feedback import INFRA_TEXT, bad_call_text, classify, render
 from cleaner.tools.judge_client import JudgeClientConfig, JudgeSubmission, JudgeUnavailable, shared_judge_client
@@ -32,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 TOOL_NAME = "code_interpreter"
 CODE_ARG = "code"
+
 
 @dataclass(frozen=True)
 class CodeInterpreterConfig:
@@ -71,19 +61,19 @@ def _check_type(key: str, value: Any, annotation: str) -> None:
         raise ValueError(f"code_interpreter: {key} must be of type {annotation}, got {value!r}")
 
 
-def default_tool_schema() -> OpenAIFunctionToolSchema:
-    return OpenAIFunctionToolSchema(
-        type="function",
-        function=OpenAIFunctionSchema(
-            name=TOOL_NAME,
-            description="A tool for executing code.",
-            parameters=OpenAIFunctionParametersSchema(
-                type="object",
-                properties={CODE_ARG: OpenAIFunctionPropertySchema(type="string", description="The code to execute.")},
-                required=[CODE_ARG],
-            ),
-        ),
-    )
+# The OpenAI function schema the tool brings (chat templates render it into the system prompt).
+TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "A tool for executing code.",
+        "parameters": {
+            "type": "object",
+            "properties": {CODE_ARG: {"type": "string", "description": "The code to execute."}},
+            "required": [CODE_ARG],
+        },
+    },
+}
 
 
 def code_argument_problem(parameters: Any) -> str | None:
@@ -104,42 +94,30 @@ def code_argument_problem(parameters: Any) -> str | None:
     return None
 
 
-class CodeInterpreterTool(BaseTool):
-    def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
-        self.settings = CodeInterpreterConfig.from_dict(config)
-        schema = tool_schema or default_tool_schema()
-        if CODE_ARG not in schema.function.parameters.properties:
-            raise ValueError(f"code_interpreter: the tool schema must declare the `{CODE_ARG}` parameter")
-        super().__init__(config, schema)
-        # Stateful mode: a trajectory's successful cells. verl creates and releases a tool instance around EVERY
-        # call, so the trajectory (its AgentData, held weakly) is the key; plain callers fall back to instance ids.
-        self._cells_by_trajectory: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
-        self._cells_by_instance: dict[str, list[str]] = {}
+class CodeInterpreter:
+    """One call of the tool: check the arguments, run the cell on the judge, render what the model sees."""
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
+    def __init__(self, settings: CodeInterpreterConfig):
+        self.settings = settings
+
+    async def run(self, parameters: Any, history: list[str] | None) -> tuple[str, ToolOutcome]:
+        """The response text and outcome of one call.
+
+        `history` (stateful mode) holds the trajectory's earlier successful cells: they run before this one, and
+        this cell is appended to it when it succeeds. None runs the cell on its own.
+        """
         problem = code_argument_problem(parameters)
         if problem is not None:
-            outcome = ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail=problem)
-            return ToolResponse(text=bad_call_text(problem)), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
+            return bad_call_text(problem), ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail=problem)
         code = parameters[CODE_ARG]
-        history = self._history(instance_id, kwargs.get("agent_data")) if self.settings.stateful else None
         program = build_program(code, history or (), echo=self.settings.print_last_expression)
         client = shared_judge_client(self.settings.judge)
         try:
             verdict = await client.run(JudgeSubmission(code=program.source))
         except JudgeUnavailable as exc:
             logger.warning("code_interpreter: %s", exc)
-            return ToolResponse(text=INFRA_TEXT), 0.0, {TOOL_OUTCOME_KEY: exc.outcome.to_dict()}
+            return INFRA_TEXT, exc.outcome
         outcome = classify(verdict)
         if outcome.is_ok and history is not None:
             history.append(code)
-        text = render(verdict, outcome, code, program.line_offset, self.settings.max_output_chars)
-        return ToolResponse(text=text), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
-
-    async def release(self, instance_id: str, **kwargs) -> None:
-        self._cells_by_instance.pop(instance_id, None)
-
-    def _history(self, instance_id: str, agent_data: Any) -> list[str]:
-        if agent_data is not None:
-            return self._cells_by_trajectory.setdefault(agent_data, [])
-        return self._cells_by_instance.setdefault(instance_id, [])
+        return render(verdict, outcome, code, program.line_offset, self.settings.max_output_chars), outcome

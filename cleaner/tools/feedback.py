@@ -66,7 +66,9 @@ def error_summary(verdict: JudgeVerdict, code: str, line_offset: int) -> str:
 
 def _failure_stderr(verdict: JudgeVerdict, outcome: ToolOutcome, code: str, line_offset: int) -> str:
     if verdict.exception_type is not None:
-        return error_summary(verdict, code, line_offset)  # replaces the sandbox traceback, whose paths are not the model's
+        return error_summary(
+            verdict, code, line_offset
+        )  # replaces the sandbox traceback, whose paths are not the model's
     parts = [verdict.stderr.rstrip("\n")] if verdict.stderr.strip() else []
     if outcome.category is ErrorCategory.TIMEOUT:
         parts.append("TimeoutError: the code exceeded the time limit")

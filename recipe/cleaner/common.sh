@@ -151,7 +151,7 @@ cleaner_overrides() {
         # verl's DAPO manager (overlong buffer) plus the agent loop's saar_* statistics in the reward's extra_info
         reward.reward_manager.source=importlib
         reward.reward_manager.name=CleanerDAPORewardManager
-        reward.reward_manager.module.path=pkg://cleaner.rewards.manager
+        reward.reward_manager.module.path=pkg://cleaner.verl.reward_manager
         "reward.custom_reward_function.path=$CLEANER_REWARD_PATH"
         reward.custom_reward_function.name=compute_score
         "+reward.custom_reward_function.reward_kwargs.judge_url=$JUDGE_URL"

@@ -15,21 +15,14 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-CLEANER_AGENT = "cleaner_tool_agent"
+from cleaner.names import AGENT_NAME
+from cleaner.verl.trainer_config import compose_trainer_config
+
 CONFIG_MARKER = "--- composed config ---"
 
 
 class RecipeConfigError(ValueError):
     """The composed config would not run; the message names the key."""
-
-
-def compose(overrides: list[str]) -> DictConfig:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    config_dir = Path(importlib.util.find_spec("verl").origin).parent / "trainer" / "config"
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
 
 
 def validate(config: DictConfig) -> None:
@@ -58,13 +51,16 @@ def _validate_reward(config: DictConfig) -> None:
     kwargs = OmegaConf.to_container(config.reward.custom_reward_function.get("reward_kwargs") or {})
     RewardConfig.from_kwargs(kwargs)
     if config.actor_rollout_ref.rollout.calculate_log_probs is False and config.algorithm.rollout_correction.rollout_is:
-        raise RecipeConfigError("algorithm.rollout_correction.rollout_is needs actor_rollout_ref.rollout.calculate_log_probs=True")
+        raise RecipeConfigError(
+            "algorithm.rollout_correction.rollout_is needs actor_rollout_ref.rollout.calculate_log_probs=True"
+        )
 
 
 def _validate_tools(config: DictConfig) -> None:
-    import cleaner.plugin  # noqa: F401  (registers the cleaner tool parsers, as `import verl` does in workers)
-    from cleaner.saar.config import SaarConfig
     from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    import cleaner.verl.tool_parser  # noqa: F401  (registers the cleaner tool parsers, as `import verl` does in workers)
+    from cleaner.saar.config import SaarConfig
 
     multi_turn = config.actor_rollout_ref.rollout.multi_turn
     SaarConfig.from_multi_turn(multi_turn)
@@ -74,8 +70,8 @@ def _validate_tools(config: DictConfig) -> None:
             f"({', '.join(sorted(ToolParser._registry))})"
         )
     loops = yaml.safe_load(_existing_file(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path").read_text())
-    if CLEANER_AGENT not in {entry.get("name") for entry in loops or []}:
-        raise RecipeConfigError(f"the agent loop config registers no {CLEANER_AGENT!r}")
+    if AGENT_NAME not in {entry.get("name") for entry in loops or []}:
+        raise RecipeConfigError(f"the agent loop config registers no {AGENT_NAME!r}")
     manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
     if manager and importlib.util.find_spec(manager.rsplit(".", 1)[0]) is None:
         raise RecipeConfigError(f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={manager}: module not found")
@@ -105,7 +101,7 @@ def main(argv: list[str]) -> int:
         write_tool_config(args.source, args.target, args.judge_url)
         return 0
     try:
-        config = compose(argv)
+        config = compose_trainer_config(argv)
         validate(config)
     except Exception as exc:  # a bad override or any validation failure: one line naming it, exit 1
         print(f"DRY_RUN: invalid config: {type(exc).__name__}: {exc}", file=sys.stderr)

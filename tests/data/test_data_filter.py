@@ -34,8 +34,15 @@ def synthetic_set(tmp_path: Path, reverse: bool = False) -> tuple[Path, Path]:
         source = "train-code-taco-easy" if code else "math_dapo"
         rows.append({"data_source": source, "question": f"synthetic question {index}", "bucket": successes})
         stats.append(
-            {"uid": str(index), "data_source": source, "successes": successes, "attempts": 8,
-             "success_rate": successes / 8, "avg_score": successes / 4 - 1, "keep": True}
+            {
+                "uid": str(index),
+                "data_source": source,
+                "successes": successes,
+                "attempts": 8,
+                "success_rate": successes / 8,
+                "avg_score": successes / 4 - 1,
+                "keep": True,
+            }
         )
     dataset, stats_path = tmp_path / "train.parquet", tmp_path / "stats.jsonl"
     pd.DataFrame(rows).to_parquet(dataset)
@@ -83,7 +90,9 @@ def test_kept_rows_per_bucket_follow_the_ratios(tmp_path, capsys):
         assert (in_bucket["data_source"] != "math_dapo").sum() == int(CODE_PER_BUCKET * ratio)
     assert len(kept) == 67 + 33
     assert (kept["bucket"] == kept["successes"]).all()  # stats joined to the right rows
-    assert {"uid", "successes", "attempts", "success_rate", "avg_score", "keep", "data_source_stat"} <= set(kept.columns)
+    assert {"uid", "successes", "attempts", "success_rate", "avg_score", "keep", "data_source_stat"} <= set(
+        kept.columns
+    )
     table = capsys.readouterr().out
     assert "1/8" in table and "8/10" in table and "4/5" in table and "kept 100 of 135 rows" in table
 
@@ -102,7 +111,13 @@ def test_code_and_non_code_are_sampled_independently(tmp_path):
     """Reordering only the code rows must not change which math rows are kept."""
     rows = [{"data_source": "math_dapo"} for _ in range(20)] + [{"data_source": "train-code-taco-x"} for _ in range(20)]
     stats = {
-        str(i): {"data_source": row["data_source"], "successes": 1, "attempts": 8, "success_rate": 0.125, "avg_score": 0.0}
+        str(i): {
+            "data_source": row["data_source"],
+            "successes": 1,
+            "attempts": 8,
+            "success_rate": 0.125,
+            "avg_score": 0.0,
+        }
         for i, row in enumerate(rows)
     }
     ratios = parse_success_rate_ratios(SHORTHAND)
@@ -111,7 +126,9 @@ def test_code_and_non_code_are_sampled_independently(tmp_path):
     fewer_code = rows[:20] + rows[20:30]
     stats_fewer = {uid: stats[uid] for uid in map(str, range(30))}
     kept_math_again = {
-        r["uid"] for r in filter_by_success_rate(fewer_code, stats_fewer, ratios).rows if r["data_source"] == "math_dapo"
+        r["uid"]
+        for r in filter_by_success_rate(fewer_code, stats_fewer, ratios).rows
+        if r["data_source"] == "math_dapo"
     }
     assert kept_math_again == kept_math
 
@@ -140,8 +157,20 @@ def test_cli_reports_bad_ratios_and_exits_1(tmp_path, caplog):
     dataset, stats = synthetic_set(tmp_path)
     parser = argparse.ArgumentParser()
     data_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["data", "filter", "--dataset", str(dataset), "--stats", str(stats),
-                              "--output-dir", str(tmp_path / "out"), "--success_rate_ratios", "0,1"])
+    args = parser.parse_args(
+        [
+            "data",
+            "filter",
+            "--dataset",
+            str(dataset),
+            "--stats",
+            str(stats),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--success_rate_ratios",
+            "0,1",
+        ]
+    )
     assert args.func(args) == 1
     assert "2 bare values given, need 9" in caplog.text
     assert not (tmp_path / "out").exists()

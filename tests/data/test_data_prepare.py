@@ -13,6 +13,7 @@ from cleaner.data import cli as data_cli
 from cleaner.data.prepare import BadRowError, PrepareConfig, prepare_rows
 from cleaner.data.records import read_rows
 from cleaner.data.sources import BOXED_HINT, CODE_SUBMIT_HINT, NUMERIC_HINT, TOOL_HINT
+from cleaner.names import AGENT_NAME
 
 SAMPLES = Path(__file__).resolve().parents[2] / "dataset" / "samples"
 
@@ -36,8 +37,11 @@ def test_training_rows_get_the_hint_of_their_own_source():
     code = by_source["train-code-taco-medium"]
     assert NUMERIC_HINT not in content(code) and BOXED_HINT not in content(code)
     assert content(code).endswith(CODE_SUBMIT_HINT)
-    assert json.loads(code["reward_model"]["ground_truth"]) == {"inputs": ["2 3\n", "10 -4\n"], "outputs": ["6\n", "-40\n"]}
-    assert {row["agent_name"] for row in result.rows} == {"cleaner_tool_agent"}
+    assert json.loads(code["reward_model"]["ground_truth"]) == {
+        "inputs": ["2 3\n", "10 -4\n"],
+        "outputs": ["6\n", "-40\n"],
+    }
+    assert {row["agent_name"] for row in result.rows} == {AGENT_NAME}
     assert [row["extra_info"]["index"] for row in result.rows] == list(range(7))
 
 
@@ -46,7 +50,9 @@ def test_other_messages_are_kept_and_the_last_user_message_gets_the_hints():
     row["prompt"] = [{"role": "system", "content": "Be careful."}, *row["prompt"]]
     [prepared] = prepare_rows([row], PrepareConfig()).rows
     assert prepared["prompt"][0] == {"role": "system", "content": "Be careful."}
-    assert prepared["prompt"][1]["content"].startswith("What is the sum") and prepared["prompt"][1]["content"].endswith(NUMERIC_HINT)
+    assert prepared["prompt"][1]["content"].startswith("What is the sum") and prepared["prompt"][1]["content"].endswith(
+        NUMERIC_HINT
+    )
 
 
 def test_no_tool_variant_drops_tool_hints_and_uses_the_single_turn_agent():
@@ -65,7 +71,12 @@ def test_no_tool_variant_drops_tool_hints_and_uses_the_single_turn_agent():
 )
 def test_eval_files_become_rlhf_rows(tmp_path, sample, source, truths):
     output = tmp_path / f"{sample}.parquet"
-    assert run_cli("prepare", "--input", str(SAMPLES / f"{sample}.sample.jsonl"), "--output", str(output), "--split", "test") == 0
+    assert (
+        run_cli(
+            "prepare", "--input", str(SAMPLES / f"{sample}.sample.jsonl"), "--output", str(output), "--split", "test"
+        )
+        == 0
+    )
     frame = pd.read_parquet(output)
     assert list(frame.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info", "agent_name"]
     assert set(frame["data_source"]) == {source}

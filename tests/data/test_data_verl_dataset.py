@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from omegaconf import OmegaConf
 
 from cleaner.data.prepare import PrepareConfig, prepare_rows
 from cleaner.data.records import read_rows
+from cleaner.names import AGENT_NAME
+
+pytestmark = pytest.mark.slow  # verl's RLHFDataset with a real tokenizer
 
 SAMPLES = Path(__file__).resolve().parents[2] / "dataset" / "samples"
 
@@ -23,13 +27,19 @@ def test_prepared_rows_feed_verl_rlhf_dataset(tmp_path, qwen3_tokenizer):
         pd.DataFrame(rows).to_parquet(path)
         files.append(str(path))
     config = OmegaConf.create(
-        {"prompt_key": "prompt", "max_prompt_length": 2560, "return_raw_chat": True, "filter_overlong_prompts": True,
-         "truncation": "error", "cache_dir": str(tmp_path / "cache")}
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": 2560,
+            "return_raw_chat": True,
+            "filter_overlong_prompts": True,
+            "truncation": "error",
+            "cache_dir": str(tmp_path / "cache"),
+        }
     )
     dataset = RLHFDataset(data_files=files, tokenizer=qwen3_tokenizer, config=config)
     assert len(dataset) == 7 + 2 + 2  # the three files, none filtered as overlong
     item = dataset[7]
-    assert item["data_source"] == "LiveCodeBench_v6" and item["agent_name"] == "cleaner_tool_agent"
+    assert item["data_source"] == "LiveCodeBench_v6" and item["agent_name"] == AGENT_NAME
     assert item["raw_prompt"][0]["role"] == "user" and "standard input" in item["raw_prompt"][0]["content"]
     assert item["extra_info"]["question_id"] == "synthetic-lcb-001"
     assert item["reward_model"]["ground_truth"].startswith('{"inputs"')

@@ -43,8 +43,15 @@ def lcb_files(tmp_path):
     dump = tmp_path / "val"
     dump.mkdir()
     lines = [
-        {"input": f"question {q}", "output": answer(code), "gts": gts[q], "score": 0.0, "acc": False, "step": 0,
-         "uid": f"q{q}-uuid_{i}_0"}
+        {
+            "input": f"question {q}",
+            "output": answer(code),
+            "gts": gts[q],
+            "score": 0.0,
+            "acc": False,
+            "step": 0,
+            "uid": f"q{q}-uuid_{i}_0",
+        }
         for i, (q, code) in enumerate(programs)
     ]
     (dump / "0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -72,7 +79,18 @@ def test_unknown_ground_truth_is_an_error(tmp_path, lcb_files, caplog):
     other = pd.read_parquet(dataset).iloc[:1]
     other.to_parquet(tmp_path / "one.parquet")
     output = tmp_path / "x.json"
-    assert run_cli("lcb-export", "--generations", str(dump), "--dataset", str(tmp_path / "one.parquet"), "--output", str(output)) == 1
+    assert (
+        run_cli(
+            "lcb-export",
+            "--generations",
+            str(dump),
+            "--dataset",
+            str(tmp_path / "one.parquet"),
+            "--output",
+            str(output),
+        )
+        == 1
+    )
     assert "a trajectory of problem 'q1-uuid' matches no question_id in the dataset" in caplog.text
     assert not output.exists()
 
@@ -82,17 +100,36 @@ def test_call_based_tests_become_json_lines():
     cases, fn_name = hidden_tests(spec)
     assert fn_name == "add"
     assert [(c.stdin, c.expected_output) for c in cases] == [("1\n2\n", "3"), ("3\n4\n", "7")]
-    assert runnable_program("class Solution: pass\n", fn_name).rstrip().endswith("print(_cleaner_json.dumps(Solution().add(*_cleaner_args)))")
+    assert (
+        runnable_program("class Solution: pass\n", fn_name)
+        .rstrip()
+        .endswith("print(_cleaner_json.dumps(Solution().add(*_cleaner_args)))")
+    )
 
 
 def test_scoring_on_the_real_judge(tmp_path, lcb_files, judge_url):
     dataset, dump = lcb_files
     out = tmp_path / "scored"
-    assert run_cli("lcb-score", "--generations", str(dump), "--dataset", str(dataset), "--judge-url", judge_url,
-                   "--output-dir", str(out)) == 0
+    assert (
+        run_cli(
+            "lcb-score",
+            "--generations",
+            str(dump),
+            "--dataset",
+            str(dataset),
+            "--judge-url",
+            judge_url,
+            "--output-dir",
+            str(out),
+        )
+        == 0
+    )
     judged = [json.loads(line) for line in (out / "lcb_judged.jsonl").read_text().splitlines()]
     assert [(j["question_id"], j["passed"], j["total"]) for j in judged] == [
-        ("synthetic-lcb-001", 3, 3), ("synthetic-lcb-001", 1, 3), ("synthetic-lcb-002", 2, 2), ("synthetic-lcb-002", 0, 2),
+        ("synthetic-lcb-001", 3, 3),
+        ("synthetic-lcb-001", 1, 3),
+        ("synthetic-lcb-002", 2, 2),
+        ("synthetic-lcb-002", 0, 2),
     ]
     [result] = json.loads((out / "results.json").read_text())["benchmarks"]
     assert result["pass_at"] == {"pass@1": 0.5, "pass@2": 1.0}
@@ -106,6 +143,8 @@ def test_call_based_program_runs_on_the_real_judge(judge_url):
 
     spec = json.dumps({"fn_name": "pair_sum", "inputs": ["[1, 2]\n3", "[]\n0"], "outputs": ["6", "0"]})
     code = "class Solution:\n    def pair_sum(self, xs, y):\n        return sum(xs) + y\n"
-    sample = Sample("LiveCodeBench_v6", "p", False, 0.0, response=f"```python\n{code}```", ground_truth=spec, question_id="q")
+    sample = Sample(
+        "LiveCodeBench_v6", "p", False, 0.0, response=f"```python\n{code}```", ground_truth=spec, question_id="q"
+    )
     [score] = score_samples_sync([sample], judge_url)
     assert (score.passed, score.total, score.correct) == (2, 2, True)

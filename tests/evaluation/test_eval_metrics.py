@@ -11,7 +11,15 @@ from cleaner.evaluation.metrics import majority_correct, pass_at_k, report_ks
 
 @pytest.mark.parametrize(
     ("n", "c", "k", "expected"),
-    [(5, 2, 1, 0.4), (5, 2, 2, 0.7), (4, 1, 2, 0.5), (16, 0, 8, 0.0), (16, 16, 1, 1.0), (10, 9, 2, 1.0), (3, 1, 3, 1.0)],
+    [
+        (5, 2, 1, 0.4),
+        (5, 2, 2, 0.7),
+        (4, 1, 2, 0.5),
+        (16, 0, 8, 0.0),
+        (16, 16, 1, 1.0),
+        (10, 9, 2, 1.0),
+        (3, 1, 3, 1.0),
+    ],
 )
 def test_pass_at_k_known_values(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected)

@@ -29,15 +29,43 @@ def verl_dump(directory: Path) -> Path:
     lines = []
     # problem A: 3 of 4 right, answers 42,42,42,41; problem B: 0 of 4, answers 7,8,8,None
     for session, (acc, pred) in enumerate([(1, "42"), (1, "42"), (1, "42"), (0, "41")]):
-        lines.append({"input": "user What is A?", "output": "...", "gts": "42", "score": 2.0 * acc - 1, "step": 0,
-                      "reward": 2.0 * acc - 1, "acc": bool(acc), "pred": pred, "uid": f"1f0c-aa_{session}_0",
-                      "saar_rollbacks_triggered": 1, "saar_rollbacks_recovered": acc, "saar_fail_exception": 1,
-                      "saar_fail_timeout": 0, "saar_rollback_events": []})
+        lines.append(
+            {
+                "input": "user What is A?",
+                "output": "...",
+                "gts": "42",
+                "score": 2.0 * acc - 1,
+                "step": 0,
+                "reward": 2.0 * acc - 1,
+                "acc": bool(acc),
+                "pred": pred,
+                "uid": f"1f0c-aa_{session}_0",
+                "saar_rollbacks_triggered": 1,
+                "saar_rollbacks_recovered": acc,
+                "saar_fail_exception": 1,
+                "saar_fail_timeout": 0,
+                "saar_rollback_events": [],
+            }
+        )
     for session, pred in enumerate(["7", "8", "8", None]):
-        lines.append({"input": "user What is B?", "output": "...", "gts": "9", "score": -1.0, "step": 0,
-                      "reward": -1.0, "acc": False, "pred": pred, "uid": f"77e2-bb_{session}_0",
-                      "saar_rollbacks_triggered": 0, "saar_rollbacks_recovered": 0, "saar_fail_exception": 0,
-                      "saar_fail_timeout": 2, "saar_rollback_events": []})
+        lines.append(
+            {
+                "input": "user What is B?",
+                "output": "...",
+                "gts": "9",
+                "score": -1.0,
+                "step": 0,
+                "reward": -1.0,
+                "acc": False,
+                "pred": pred,
+                "uid": f"77e2-bb_{session}_0",
+                "saar_rollbacks_triggered": 0,
+                "saar_rollbacks_recovered": 0,
+                "saar_fail_exception": 0,
+                "saar_fail_timeout": 2,
+                "saar_rollback_events": [],
+            }
+        )
     (directory / "0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return directory
 
@@ -45,7 +73,10 @@ def verl_dump(directory: Path) -> Path:
 def test_verl_dump_table(tmp_path, capsys):
     dump = verl_dump(tmp_path / "aime24")
     out = tmp_path / "results"
-    assert run_cli("score", "--generations", f"AIME2024={dump}", "--output-dir", str(out), "--run", "test_time_saar=on") == 0
+    assert (
+        run_cli("score", "--generations", f"AIME2024={dump}", "--output-dir", str(out), "--run", "test_time_saar=on")
+        == 0
+    )
     saved = json.loads((out / "results.json").read_text())
     assert saved["run"]["test_time_saar"] == "on"
     [result] = saved["benchmarks"]
@@ -69,7 +100,12 @@ def test_verl_dump_table(tmp_path, capsys):
     row = next(line for line in lines if "AIME2024" in line)
     cells = dict(zip(header.split("┃")[1:-1], row.split("│")[1:-1]))
     cells = {key.strip(): value.strip() for key, value in cells.items()}
-    assert (cells["pass@1"], cells["pass@4"], cells["maj@4"], cells["saar_tool_errors"]) == ("37.5", "50.0", "50.0", "1.500")
+    assert (cells["pass@1"], cells["pass@4"], cells["maj@4"], cells["saar_tool_errors"]) == (
+        "37.5",
+        "50.0",
+        "50.0",
+        "1.500",
+    )
     assert "saar_fail_timeout" not in header  # printed table: the main SAAR columns only
 
 
@@ -77,7 +113,14 @@ def test_rollout_jsonl_groups_by_uid_and_splits_benchmarks(tmp_path):
     path = tmp_path / "rollout.jsonl"
     records = [
         {"data_source": "AIME2025", "uid": "p1", "score": 1.0, "acc": True, "pred": "3", "saar_rollbacks_triggered": 2},
-        {"data_source": "AIME2025", "uid": "p1", "score": -1.0, "acc": False, "pred": "4", "saar_rollbacks_triggered": 0},
+        {
+            "data_source": "AIME2025",
+            "uid": "p1",
+            "score": -1.0,
+            "acc": False,
+            "pred": "4",
+            "saar_rollbacks_triggered": 0,
+        },
         {"data_source": "gpqa_diamond", "index": 5, "score": 1.0, "acc": True, "pred": "C"},
         {"data_source": "gpqa_diamond", "index": 5, "score": 1.0, "acc": True, "pred": "C"},
     ]
@@ -90,8 +133,15 @@ def test_rollout_jsonl_groups_by_uid_and_splits_benchmarks(tmp_path):
 
 def test_tool_errors_count_the_models_failures_not_the_judges(tmp_path):
     path = tmp_path / "rollout.jsonl"
-    record = {"data_source": "AIME2025", "uid": "p1", "score": 1.0, "acc": True, "pred": "3",
-              "saar_fail_syntax_error": 2, "saar_fail_judge_unreachable": 5}
+    record = {
+        "data_source": "AIME2025",
+        "uid": "p1",
+        "score": 1.0,
+        "acc": True,
+        "pred": "3",
+        "saar_fail_syntax_error": 2,
+        "saar_fail_judge_unreachable": 5,
+    }
     path.write_text(json.dumps(record) + "\n")
     [result] = summarize(load_samples(path))
     assert result.saar["saar_tool_errors"] == 2.0
@@ -121,7 +171,8 @@ def test_records_without_a_benchmark_or_acc_are_rejected(tmp_path):
 def test_a_directory_uses_its_latest_dump(tmp_path):
     dump = verl_dump(tmp_path / "val")
     (dump / "10.jsonl").write_text(
-        json.dumps({"input": "q", "output": "a", "gts": "1", "score": 1.0, "acc": True, "uid": "z_0_0", "step": 10}) + "\n"
+        json.dumps({"input": "q", "output": "a", "gts": "1", "score": 1.0, "acc": True, "uid": "z_0_0", "step": 10})
+        + "\n"
     )
     samples = load_samples(dump, "AIME2024")
     assert len(samples) == 1 and samples[0].problem == "z"

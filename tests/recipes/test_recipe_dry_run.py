@@ -16,6 +16,10 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from cleaner.verl.trainer_config import compose_trainer_config
+
+pytestmark = pytest.mark.slow  # composes every recipe with verl's Hydra config
+
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipe" / "cleaner"
 MARKER = "--- composed config ---"
@@ -32,9 +36,15 @@ CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "eval_livecodebench": ("eval/eval_livecodebench.sh", {}, []),
     "env_and_overrides": (
         "qwen3_4b_cleaner.sh",
-        {"MAX_TOOL_RETRIES": "5", "ROLLBACK_SIMILARITY_THRESHOLD": "0.7", "N_GPUS_PER_NODE": "8", "NNODES": "2",
-         "WANDB_PROJECT": "my-project", "ROLLBACK_ON_ERRORS": "[exception,syntax_error]",
-         "JUDGE_URL": "http://judge.internal:9000"},
+        {
+            "MAX_TOOL_RETRIES": "5",
+            "ROLLBACK_SIMILARITY_THRESHOLD": "0.7",
+            "N_GPUS_PER_NODE": "8",
+            "NNODES": "2",
+            "WANDB_PROJECT": "my-project",
+            "ROLLBACK_ON_ERRORS": "[exception,syntax_error]",
+            "JUDGE_URL": "http://judge.internal:9000",
+        },
         ["trainer.save_freq=5"],
     ),
     "bad_saar_knob": ("qwen3_4b_cleaner.sh", {"ROLLBACK_PROBABILITY": "1.5"}, []),
@@ -57,7 +67,9 @@ def recipe_commands(name: str, tmp: Path) -> list[list[str]]:
     """The verl command lines a recipe would run (PRINT_COMMAND=1: one argument per line, blank line after each)."""
     script, extra_env, overrides = CASES[name]
     env = recipe_env(tmp, name, {**extra_env, "PRINT_COMMAND": "1"})
-    result = subprocess.run(["bash", str(RECIPES / script), *overrides], env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", str(RECIPES / script), *overrides], env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     commands = [block.splitlines() for block in result.stdout.split("\n\n") if block.strip()]
     assert commands and all(command[1:3] == ["-m", "verl.trainer.main_ppo"] for command in commands)
@@ -80,7 +92,7 @@ def dry_runs(tmp_path_factory, compose_config) -> dict[str, list[dict]]:
     for name in CASES:
         configs = []
         for command in recipe_commands(name, tmp):
-            config = compose_config.compose(command[3:])
+            config = compose_trainer_config(command[3:])
             try:
                 compose_config.validate(config)
             except ValueError as error:
@@ -132,7 +144,10 @@ def test_tool_baselines_turn_saar_off(dry_runs, name):
     config = composed(dry_runs[name])
     rollout = config["actor_rollout_ref"]["rollout"]
     assert rollout["multi_turn"]["enable"] is True and rollout["multi_turn"]["enable_tool_rollback"] is False
-    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (True, "sequence")
+    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (
+        True,
+        "sequence",
+    )
     assert rollout["gpu_memory_utilization"] == 0.65
 
 
@@ -147,12 +162,20 @@ def test_no_tool_baselines(dry_runs, name):
 
 def test_eval_aime_gpqa_is_validation_only_with_test_time_saar(dry_runs):
     configs = dry_runs["eval_aime_gpqa"]
-    assert [c["trainer"]["validation_data_dir"].rsplit("/", 1)[1] for c in configs] == ["aime2024", "aime2025", "gpqa-diamond"]
+    assert [c["trainer"]["validation_data_dir"].rsplit("/", 1)[1] for c in configs] == [
+        "aime2024",
+        "aime2025",
+        "gpqa-diamond",
+    ]
     for config in configs:
         rollout = config["actor_rollout_ref"]["rollout"]
         assert config["trainer"]["val_only"] is True
         assert config["data"]["val_files"] == config["data"]["train_files"]
-        assert (rollout["val_kwargs"]["n"], rollout["val_kwargs"]["temperature"], rollout["val_kwargs"]["top_p"]) == (16, 1.0, 0.6)
+        assert (rollout["val_kwargs"]["n"], rollout["val_kwargs"]["temperature"], rollout["val_kwargs"]["top_p"]) == (
+            16,
+            1.0,
+            0.6,
+        )
         assert rollout["multi_turn"]["rollback_in_validation"] is True
         assert rollout["multi_turn"]["enable_tool_rollback"] is True
 
@@ -185,7 +208,10 @@ def test_invalid_saar_knob_fails_validation_with_its_name(dry_runs):
 def test_tool_format_must_be_a_registered_parser(dry_runs):
     [error] = dry_runs["bad_tool_format"]
     assert isinstance(error, ValueError) and "format='no_such_parser' is not a registered tool parser" in str(error)
-    assert composed(dry_runs["lenient_tool_format"])["actor_rollout_ref"]["rollout"]["multi_turn"]["format"] == "cleaner_lenient"
+    assert (
+        composed(dry_runs["lenient_tool_format"])["actor_rollout_ref"]["rollout"]["multi_turn"]["format"]
+        == "cleaner_lenient"
+    )
 
 
 def test_validation_only_runs_size_the_schedule_for_one_step(dry_runs):
@@ -196,7 +222,9 @@ def test_validation_only_runs_size_the_schedule_for_one_step(dry_runs):
 def test_dry_run_end_to_end(tmp_path):
     """DRY_RUN=1 itself: composes, validates, prints the config, warns what a real run would miss, no GPU."""
     env = recipe_env(tmp_path, "e2e", {"DRY_RUN": "1", "JUDGE_URL": "http://127.0.0.1:9"})  # nothing listens there
-    result = subprocess.run(["bash", str(RECIPES / "qwen3_4b_cleaner.sh")], env=env, capture_output=True, text=True, timeout=280)
+    result = subprocess.run(
+        ["bash", str(RECIPES / "qwen3_4b_cleaner.sh")], env=env, capture_output=True, text=True, timeout=280
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "DRY_RUN ok: Qwen3-4B-CLEANER" in result.stdout
     config = yaml.safe_load(result.stdout.split(MARKER, 1)[1].rsplit("DRY_RUN ok", 1)[0])

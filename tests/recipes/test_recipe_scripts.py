@@ -11,6 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cleaner.names import AGENT_NAME
+
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipe" / "cleaner"
 SAMPLES = ROOT / "dataset" / "samples"
@@ -18,11 +20,16 @@ SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 
 
 def shell_scripts() -> list[Path]:
-    return sorted([*RECIPES.glob("*.sh"), *RECIPES.glob("eval/*.sh"), ROOT / "data_filter.sh", *ROOT.glob("docker/*.sh")])
+    return sorted(
+        [*RECIPES.glob("*.sh"), *RECIPES.glob("eval/*.sh"), ROOT / "data_filter.sh", *ROOT.glob("docker/*.sh")]
+    )
 
 
+@pytest.mark.slow
 def test_shellcheck_is_clean():
-    result = subprocess.run([str(SHELLCHECK), "-x", *map(str, shell_scripts())], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(SHELLCHECK), "-x", *map(str, shell_scripts())], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout
 
 
@@ -32,10 +39,15 @@ def run(script: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 
 
 def test_preflight_names_everything_that_is_missing(tmp_path):
-    result = run(RECIPES / "qwen3_4b_cleaner.sh", {
-        "MODEL_PATH": str(tmp_path / "model"), "DATA_DIR": str(tmp_path / "data"), "JUDGE_URL": "http://127.0.0.1:9",
-        "OUTPUT_ROOT": str(tmp_path / "out"),
-    })
+    result = run(
+        RECIPES / "qwen3_4b_cleaner.sh",
+        {
+            "MODEL_PATH": str(tmp_path / "model"),
+            "DATA_DIR": str(tmp_path / "data"),
+            "JUDGE_URL": "http://127.0.0.1:9",
+            "OUTPUT_ROOT": str(tmp_path / "out"),
+        },
+    )
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert lines[0] == "cannot start Qwen3-4B-CLEANER, missing:"
@@ -54,9 +66,15 @@ def test_preflight_passes_with_model_data_and_a_live_judge(tmp_path, judge_url):
     data.mkdir()
     for name in ("open-agentrl-30k", "aime2024", "aime2025"):
         (data / f"{name}.parquet").write_bytes(b"")
-    result = run(RECIPES / "qwen3_4b_cleaner.sh", {
-        "MODEL_PATH": str(model), "DATA_DIR": str(data), "JUDGE_URL": judge_url, "PREFLIGHT_ONLY": "1",
-    })
+    result = run(
+        RECIPES / "qwen3_4b_cleaner.sh",
+        {
+            "MODEL_PATH": str(model),
+            "DATA_DIR": str(data),
+            "JUDGE_URL": judge_url,
+            "PREFLIGHT_ONLY": "1",
+        },
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "preflight ok: Qwen3-4B-CLEANER"
 
@@ -67,6 +85,7 @@ def test_eval_needs_a_model_path(tmp_path):
     assert "set MODEL_PATH to the model directory" in result.stderr
 
 
+@pytest.mark.slow
 def test_prepare_data_builds_every_file_from_the_published_layout(tmp_path):
     raw = tmp_path / "raw"
     layout = {
@@ -89,6 +108,7 @@ def test_prepare_data_builds_every_file_from_the_published_layout(tmp_path):
     assert set(notool["agent_name"]) == {"single_turn_agent"}
 
 
+@pytest.mark.slow
 def test_data_filter_script(tmp_path):
     env = {
         "DATASET": str(SAMPLES / "open-agentrl-30k.sample.jsonl"),
@@ -102,12 +122,15 @@ def test_data_filter_script(tmp_path):
     kept = pd.read_parquet(tmp_path / "filter" / "filtered_sr.parquet")
     assert sorted(kept["successes"]) == [1, 2, 3, 4, 5]
     prepared = pd.read_parquet(tmp_path / "prepared" / "filtered_sr.parquet")
-    assert len(prepared) == 5 and set(prepared["agent_name"]) == {"cleaner_tool_agent"}
+    assert len(prepared) == 5 and set(prepared["agent_name"]) == {AGENT_NAME}
     assert (tmp_path / "prepared" / "filtered_sr.notool.parquet").is_file()
 
 
 def test_data_filter_script_says_which_input_is_missing(tmp_path):
-    result = run(ROOT / "data_filter.sh", {"DATASET": str(tmp_path / "x.parquet"), "STATS": str(SAMPLES / "filter-stats.sample.jsonl")})
+    result = run(
+        ROOT / "data_filter.sh",
+        {"DATASET": str(tmp_path / "x.parquet"), "STATS": str(SAMPLES / "filter-stats.sample.jsonl")},
+    )
     assert result.returncode == 1
     assert f"missing input file(s): DATASET={tmp_path / 'x.parquet'}" in result.stderr
 

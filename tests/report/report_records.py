@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from cleaner.rollout.problems import Problem
-from cleaner.rollout.records import CallTiming, build_record
 from cleaner.saar.outcome import ErrorCategory
 from cleaner.saar.stats import RollbackEvent, SplicedSpan, TrajectoryStats
+from cleaner.trajectory.record import CallTiming, build_record
 
 FAILED_CODE = "print(sum(primes[:100])  # <script>alert(1)</script>"
 REPLACEMENT_CODE = "primes = [p for p in range(2, 600) if all(p % d for d in range(2, p))]\nprint(sum(primes[:100]))"
 ERROR_TEXT = "Tool call failure\nSyntaxError: '(' was never closed"
 
 
-def make_record(tokenizer, *, saar: bool, rollback: bool, problem_id: str = "p0", sample: int = 0, latency_s: float = 2.0):
+def make_record(
+    tokenizer, *, saar: bool, rollback: bool, problem_id: str = "p0", sample: int = 0, latency_s: float = 2.0
+):
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
     prompt_ids = tokenizer.apply_chat_template(

@@ -8,10 +8,11 @@ import shutil
 import subprocess
 
 import pytest
+from report_records import make_record
 
 from cleaner.report.page import render_report
 
-from report_records import make_record
+pytestmark = pytest.mark.browser
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -75,7 +76,9 @@ def test_plots_render_in_chromium(report_file, tmp_path):
 
 def test_screenshot(report_file, tmp_path):
     shot = tmp_path / "report.png"
-    result = chromium(f"--screenshot={shot}", "--window-size=1280,1400", report_file.as_uri(), user_data_dir=tmp_path / "profile")
+    result = chromium(
+        f"--screenshot={shot}", "--window-size=1280,1400", report_file.as_uri(), user_data_dir=tmp_path / "profile"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from report_records import ERROR_TEXT, make_record
 
 from cleaner.report.page import render_report
 from cleaner.report.sources import load_trajectories
 from cleaner.rollout.summary import added_latency, summarize
-
-from report_records import ERROR_TEXT, make_record
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +64,24 @@ def test_plots_are_inline_svg(records):
 def test_verl_validation_dump_rows_are_reported(tmp_path):
     dump = tmp_path / "12.jsonl"
     rows = [
-        {"input": "user: 1+1?", "output": "\\boxed{2}", "gts": "2", "score": 1.0, "acc": 1.0, "step": 12, "uid": "abc_0_0"},
-        {"input": "user: 2+2?", "output": "\\boxed{5}", "gts": "4", "score": 0.0, "acc": 0.0, "step": 12, "uid": "def_0_0"},
+        {
+            "input": "user: 1+1?",
+            "output": "\\boxed{2}",
+            "gts": "2",
+            "score": 1.0,
+            "acc": 1.0,
+            "step": 12,
+            "uid": "abc_0_0",
+        },
+        {
+            "input": "user: 2+2?",
+            "output": "\\boxed{5}",
+            "gts": "4",
+            "score": 0.0,
+            "acc": 0.0,
+            "step": 12,
+            "uid": "def_0_0",
+        },
     ]
     dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
     records = load_trajectories([tmp_path])

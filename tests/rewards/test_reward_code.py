@@ -53,14 +53,29 @@ async def test_stdin_problem_right_wrong_partial_crashing_and_respaced(judge_url
         "import sys\ndef main():\n    a, b = map(int, sys.stdin.read().split())\n    print(a + b)\n"
         "if __name__ == '__main__':\n    main()"
     )
-    variants = [("right", right), ("wrong", wrong), ("partial", partial), ("crashing", crashing), ("respaced", respaced),
-                ("with_main", with_main)]
+    variants = [
+        ("right", right),
+        ("wrong", wrong),
+        ("partial", partial),
+        ("crashing", crashing),
+        ("respaced", respaced),
+        ("with_main", with_main),
+    ]
     results = {name: await score(judge_url, "train-code-taco-easy", code, SUM_STDIN) for name, code in variants}
     assert results["right"] == {
-        "score": 1.0, "acc": True, "pred": right + "\n", "reason": "correct", "infra_error": False,
-        "tests_passed": 3, "tests_total": 3,
+        "score": 1.0,
+        "acc": True,
+        "pred": right + "\n",
+        "reason": "correct",
+        "infra_error": False,
+        "tests_passed": 3,
+        "tests_total": 3,
     }
-    assert (results["wrong"]["score"], results["wrong"]["acc"], results["wrong"]["reason"]) == (0.0, False, "tests_failed")
+    assert (results["wrong"]["score"], results["wrong"]["acc"], results["wrong"]["reason"]) == (
+        0.0,
+        False,
+        "tests_failed",
+    )
     assert results["partial"]["score"] == pytest.approx(2 / 3) and results["partial"]["tests_passed"] == 2
     assert results["crashing"]["score"] == 0.0 and results["crashing"]["infra_error"] is False
     assert results["respaced"]["acc"] is True  # "  3.0  " is the same answer as "3"
@@ -96,9 +111,7 @@ async def test_exiting_early_cannot_fake_a_pass(judge_url):
 
 async def test_import_prefix_test_code_entry_point_counts_each_assertion(judge_url):
     right = "class Solution:\n    def maxPair(self, nums: List[int]) -> int:\n        a, b = sorted(nums)[-2:]\n        return a + b"
-    ignores_negatives = (
-        "class Solution:\n    def maxPair(self, nums):\n        a, b = sorted(x for x in nums if x > 0)[-2:]\n        return a + b"
-    )
+    ignores_negatives = "class Solution:\n    def maxPair(self, nums):\n        a, b = sorted(x for x in nums if x > 0)[-2:]\n        return a + b"
     result = await score(judge_url, "test-code-leetcode-medium", right, MAX_PAIR_ASSERT)
     assert (result["score"], result["acc"], result["tests_passed"], result["tests_total"]) == (1.0, True, 3, 3)
     partial = await score(judge_url, "train-code-leetcode-medium", ignores_negatives, json.dumps(MAX_PAIR_ASSERT))
@@ -108,7 +121,9 @@ async def test_import_prefix_test_code_entry_point_counts_each_assertion(judge_u
 async def test_all_pass_scoring_and_test_cap(judge_url):
     partial = "a, b = map(int, input().split())\nprint(a + b if a < 10 else 0)"
     assert (await score(judge_url, "train-code-taco-easy", partial, SUM_STDIN, code_scoring="all_pass"))["score"] == 0.0
-    capped = await score(judge_url, "train-code-taco-easy", partial, SUM_STDIN, code_scoring="all_pass", code_max_tests=2)
+    capped = await score(
+        judge_url, "train-code-taco-easy", partial, SUM_STDIN, code_scoring="all_pass", code_max_tests=2
+    )
     assert (capped["score"], capped["acc"], capped["tests_total"]) == (1.0, True, 2)
 
 
@@ -119,16 +134,26 @@ async def test_missing_or_unparsable_code_scores_minus_one_without_the_judge():
     broken = await compute_score("train-code-taco-easy", reply("def f(:\n  pass"), SUM_STDIN, judge_url=closed)
     assert (broken["score"], broken["reason"], broken["infra_error"]) == (-1.0, "unparsable", False)
     # a ```python block inside a tool call is a call, not the final answer
-    in_call = "<tool_call>\n{\"name\": \"code_interpreter\", \"arguments\": {\"code\": \"```python\\nprint(3)\\n```\"}}"
+    in_call = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "```python\\nprint(3)\\n```"}}'
     assert (await compute_score("train-code-taco-easy", in_call, SUM_STDIN, judge_url=closed))["reason"] == "no_answer"
 
 
 async def test_a_judge_outage_is_reported_as_an_infra_error_not_a_wrong_answer():
     closed = closed_port_url()
     result = await compute_score(
-        "train-code-taco-easy", reply("print(3)"), SUM_STDIN, judge_url=closed, judge_max_retries=1, infra_error_score=0.0
+        "train-code-taco-easy",
+        reply("print(3)"),
+        SUM_STDIN,
+        judge_url=closed,
+        judge_max_retries=1,
+        infra_error_score=0.0,
     )
     assert result == {
-        "score": 0.0, "acc": False, "pred": "print(3)\n", "reason": "judge_unavailable", "infra_error": True,
-        "tests_passed": 0, "tests_total": 0,
+        "score": 0.0,
+        "acc": False,
+        "pred": "print(3)\n",
+        "reason": "judge_unavailable",
+        "infra_error": True,
+        "tests_passed": 0,
+        "tests_total": 0,
     }

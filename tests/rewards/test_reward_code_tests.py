@@ -26,7 +26,7 @@ def test_lists_read_by_pandas_as_numpy_arrays_are_accepted():
 
 def test_call_based_inputs_as_argument_lists_or_json_lines():
     assert parse_code_tests({"fn_name": "f", "inputs": [[1, [2]]], "outputs": [[3]]}) == [CallTest("f", [1, [2]], [3])]
-    lcb = {"fn_name": "g", "inputs": ["[1, 2]\n\"ab\""], "outputs": ["true"]}
+    lcb = {"fn_name": "g", "inputs": ['[1, 2]\n"ab"'], "outputs": ["true"]}
     assert parse_code_tests(lcb) == [CallTest("g", [[1, 2], "ab"], True)]
     # inputs/outputs stored as JSON strings inside the JSON (as some LiveCodeBench exports do)
     nested = {"fn_name": "h", "inputs": json.dumps([[1]]), "outputs": json.dumps(["x"])}

@@ -63,16 +63,11 @@ async def test_every_result_has_the_same_keys_so_verl_can_concatenate_batches():
 
 def _verl_config(path: str, **reward_kwargs):
     """verl's own trainer config (hydra compose of ppo_trainer.yaml) pointing at our reward."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    import verl
+    from cleaner.verl.trainer_config import compose_trainer_config
 
     overrides = [f"reward.custom_reward_function.path={path}", "reward.custom_reward_function.name=compute_score"]
     overrides += [f"+reward.custom_reward_function.reward_kwargs.{k}={v}" for k, v in reward_kwargs.items()]
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
-        return compose("ppo_trainer", overrides=overrides)
+    return compose_trainer_config(overrides)
 
 
 @pytest.mark.parametrize("path", [str(REWARDS_INIT), "pkg://cleaner.rewards"])
@@ -145,14 +140,16 @@ def test_cleaner_dapo_manager_hands_the_agent_loops_statistics_to_the_reward(qwe
     """verl's DAPO manager drops `tool_extra_fields`; ours passes them on, so SAAR columns reach the dumps."""
     from verl.trainer.ppo.reward import load_reward_manager
 
-    from cleaner.rewards.manager import CleanerDAPORewardManager
     from cleaner.saar.stats import TrajectoryStats
+    from cleaner.verl.reward_manager import CleanerDAPORewardManager
 
-    stats = TrajectoryStats(rollback_enabled=1, tool_calls=2, rollbacks_triggered=1, rollbacks_recovered=1).to_extra_fields()
+    stats = TrajectoryStats(
+        rollback_enabled=1, tool_calls=2, rollbacks_triggered=1, rollbacks_recovered=1
+    ).to_extra_fields()
     config = _verl_config(str(REWARDS_INIT))
     config.reward.reward_manager.source = "importlib"
     config.reward.reward_manager.name = "CleanerDAPORewardManager"
-    config.reward.reward_manager.module.path = "pkg://cleaner.rewards.manager"
+    config.reward.reward_manager.module.path = "pkg://cleaner.verl.reward_manager"
     data = _half_of_one_batch(
         qwen3_tokenizer, "The answer is \\boxed{0.5}.", extra_info={"index": 0}, tool_extra_fields=stats
     )

@@ -13,8 +13,18 @@ def answer(boxed: str) -> str:
 
 @pytest.mark.parametrize(
     "boxed",
-    ["\\boxed{B}", "\\boxed{(B)}", "\\boxed{B.}", "\\boxed{\\text{B}}", "\\boxed{\\text{(B)}}", "\\boxed{\\textbf{B}}",
-     "\\boxed{B) 3.2 eV}", "\\boxed{\\mathrm{B}}", "$\\boxed{B}$", "\\boxed{ B }"],
+    [
+        "\\boxed{B}",
+        "\\boxed{(B)}",
+        "\\boxed{B.}",
+        "\\boxed{\\text{B}}",
+        "\\boxed{\\text{(B)}}",
+        "\\boxed{\\textbf{B}}",
+        "\\boxed{B) 3.2 eV}",
+        "\\boxed{\\mathrm{B}}",
+        "$\\boxed{B}$",
+        "\\boxed{ B }",
+    ],
 )
 async def test_every_way_of_writing_the_right_letter_scores_plus_one(boxed):
     result = await compute_score("gpqa_diamond", answer(boxed), "B")

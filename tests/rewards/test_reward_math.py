@@ -14,6 +14,8 @@ from cleaner.rewards import compute_score
 from cleaner.rewards.math_verify_pool import MathVerdict, MathVerifyPool
 
 pytestmark = pytest.mark.timeout(120)
+# The process-pool tests that kill or wait out a worker take seconds each.
+slow = pytest.mark.slow
 
 
 def answer(text: str) -> str:
@@ -85,8 +87,17 @@ async def test_a_ground_truth_math_verify_cannot_read_needs_an_exact_match():
 
 
 @pytest.mark.parametrize(
-    "source", ["math_dapo", "AIME2024", "train-math-deepscaler", "train-math-numinamath1.5_olympiads", "mega-science",
-               "train-math-still3", "train-math-omnimath", "train-math-aime19832023"]
+    "source",
+    [
+        "math_dapo",
+        "AIME2024",
+        "train-math-deepscaler",
+        "train-math-numinamath1.5_olympiads",
+        "mega-science",
+        "train-math-still3",
+        "train-math-omnimath",
+        "train-math-aime19832023",
+    ],
 )
 async def test_every_training_math_source_is_scored_as_math(source):
     assert (await compute_score(source, answer("\\boxed{2}"), "2"))["acc"]
@@ -129,6 +140,7 @@ async def freeze_the_worker(pool: MathVerifyPool) -> int:
     return pid
 
 
+@slow
 def test_a_stuck_check_is_killed_at_the_hard_limit_and_the_pool_recovers():
     async def scenario(pool: MathVerifyPool) -> None:
         pid = await freeze_the_worker(pool)
@@ -141,6 +153,7 @@ def test_a_stuck_check_is_killed_at_the_hard_limit_and_the_pool_recovers():
     run_on_one_worker_pool(scenario, timeout_s=1.0)
 
 
+@slow
 def test_a_worker_that_dies_mid_check_is_reported_and_replaced():
     async def scenario(pool: MathVerifyPool) -> None:
         pid = await freeze_the_worker(pool)
@@ -153,6 +166,7 @@ def test_a_worker_that_dies_mid_check_is_reported_and_replaced():
     run_on_one_worker_pool(scenario, timeout_s=30.0)
 
 
+@slow
 def test_queue_time_does_not_count_against_the_limit():
     async def scenario(pool: MathVerifyPool) -> None:
         await freeze_the_worker(pool)

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pytest
 from verl.utils.tokenizer.continuous_token import QwenContinuousTokenBuilder
 
+from cleaner.resources import PYTHON_BLOCK_CHAT_TEMPLATE, resource_path
 from cleaner.rollout.chat_template import use_chat_template
 from cleaner.rollout.cli import load_tokenizer
 from cleaner.rollout.model_assets import default_cache_dir
 from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
-from cleaner.tools.code_interpreter import default_tool_schema
+from cleaner.verl.code_interpreter_tool import default_tool_schema
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "dataset" / "demo" / "python_block_chat_template.jinja"
+pytestmark = pytest.mark.real_model  # the Qwen2.5 tokenizer derived from the demo GGUF
+
+TEMPLATE = resource_path(PYTHON_BLOCK_CHAT_TEMPLATE)
 SUCCESS_LINE = "Your code ran. Now write the final answer inside \\boxed{}."
 FAILURE_LINE = "Your code failed. Write the whole corrected ```python block."
 QUESTION = [
@@ -47,7 +49,11 @@ def test_first_prompt_is_the_models_own_format_without_the_tool_schema(model_tok
 
 def test_tool_results_are_followed_by_the_next_step(demo_tokenizer):
     def render(tool_text: str) -> str:
-        messages = [*QUESTION, {"role": "assistant", "content": "```python\nprint(2**20)\n```"}, {"role": "tool", "content": tool_text}]
+        messages = [
+            *QUESTION,
+            {"role": "assistant", "content": "```python\nprint(2**20)\n```"},
+            {"role": "tool", "content": tool_text},
+        ]
         return demo_tokenizer.apply_chat_template(messages, tools=tools(), add_generation_prompt=True, tokenize=False)
 
     ok = render("Tool call success\nstdout: 1048576\n\nstderr: ")
@@ -67,10 +73,14 @@ def test_verl_token_builder_appends_tool_turns_consistently(demo_tokenizer):
     before = [*QUESTION, {"role": "assistant", "content": assistant}]
     after = [*before, {"role": "tool", "content": "Tool call success\nstdout: 1048576\n\nstderr: "}]
     prompt = builder.build_initial_tokens(QUESTION, tools=tools())
-    generated = demo_tokenizer.encode(assistant, add_special_tokens=False) + [demo_tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    generated = demo_tokenizer.encode(assistant, add_special_tokens=False) + [
+        demo_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ]
     stream = builder.merge_assistant_tokens(prompt, generated).token_ids
     merged = builder.merge_context_tokens(before, after, stream, tools=tools()).token_ids
-    full = demo_tokenizer.apply_chat_template(after, tools=tools(), add_generation_prompt=True, tokenize=True, return_dict=False)
+    full = demo_tokenizer.apply_chat_template(
+        after, tools=tools(), add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     assert merged == list(full)
 
 

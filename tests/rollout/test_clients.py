@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from fake_inference_server import FakeInferenceServer
 
 from cleaner.rollout.client_config import ServerClientConfig
 from cleaner.rollout.clients import InferenceServerError, InferenceServerTimeout, call_seed, make_client
-
-from fake_inference_server import FakeInferenceServer
 
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
 REPLY_IDS = [9707, 0, 151645]
@@ -51,7 +50,8 @@ def llamacpp_answer(path, body):
         "tokens": REPLY_IDS,
         "stop_type": "eos",
         "completion_probabilities": [
-            {"id": t, "logprob": lp, "top_logprobs": [{"id": t, "logprob": lp}]} for t, lp in zip(REPLY_IDS, REPLY_LOGPROBS)
+            {"id": t, "logprob": lp, "top_logprobs": [{"id": t, "logprob": lp}]}
+            for t, lp in zip(REPLY_IDS, REPLY_LOGPROBS)
         ],
     }
 
@@ -61,7 +61,9 @@ PATHS = {"sglang": "/generate", "vllm": "/v1/completions", "llamacpp": "/complet
 
 
 def client_for(backend, url, **overrides):
-    return make_client(ServerClientConfig(backend=backend, url=url, **{"max_model_len": 64, "max_new_tokens": 32, **overrides}))
+    return make_client(
+        ServerClientConfig(backend=backend, url=url, **{"max_model_len": 64, "max_new_tokens": 32, **overrides})
+    )
 
 
 @pytest.mark.parametrize("backend", ["sglang", "vllm", "llamacpp"])

@@ -13,6 +13,8 @@ from cleaner.rollout.model_assets import QWEN25_CODER_05B, assemble, chunk_paths
 from cleaner.rollout.problems import load_problems
 from cleaner.rollout.qwen25_tokenizer import QWEN25_VOCAB_SIZE, load_qwen25_tokenizer
 
+pytestmark = pytest.mark.real_model  # reads the demo GGUF
+
 
 @pytest.fixture(scope="module")
 def gguf():
@@ -63,7 +65,9 @@ def test_derived_qwen25_tokenizer(gguf, tmp_path):
     # Qwen2.5 has no <tool_response> token: it is plain text there (a single id in Qwen3).
     assert len(tokenizer.encode("<tool_response>", add_special_tokens=False)) > 1
     assert tokenizer.encode("<tool_call>", add_special_tokens=False) == [151657]
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text.startswith("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.")
 
 
@@ -88,7 +92,10 @@ def test_problems_from_parquet(tmp_path):
     [
         ({"data_source": "x", "prompt": [{"role": "user", "content": "q"}]}, r"missing column\(s\) \['reward_model'\]"),
         ({"data_source": "x", "prompt": "q", "reward_model": {"ground_truth": "1"}}, "must be a list of chat messages"),
-        ({"data_source": "x", "prompt": [{"role": "user", "content": "q"}], "reward_model": {}}, "ground_truth` is missing"),
+        (
+            {"data_source": "x", "prompt": [{"role": "user", "content": "q"}], "reward_model": {}},
+            "ground_truth` is missing",
+        ),
     ],
 )
 def test_bad_problem_rows_are_named(tmp_path, row, message):

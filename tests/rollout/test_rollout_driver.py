@@ -9,8 +9,8 @@ import pytest
 
 from cleaner.rollout.driver import RolloutRunner, RolloutSettings
 from cleaner.rollout.problems import Problem
-from cleaner.rollout.records import RecordFile, read_records
-from cleaner.scripted_llm import ScriptedLLMServer
+from cleaner.trajectory.store import RecordFile, read_records
+from support.scripted_llm import ScriptedLLMServer
 
 MARKER = "[divide-and-fix]"
 FAILING = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(84/0)"}}\n</tool_call>'

@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from code_judge.local import free_port
 
 from cleaner.cli import main as cleaner_main
 from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
 from cleaner.rollout.model_assets import default_cache_dir
 from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
-from cleaner.rollout.records import read_records
 from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
+from cleaner.trajectory.store import read_records
+from code_judge.local import free_port
+
+pytestmark = pytest.mark.real_model
 
 # The 0.5B model never writes <tool_call> tags: the lenient parser reads its fences and python blocks.
 TOOL_FORMAT = "cleaner_lenient"
@@ -29,7 +31,11 @@ SYSTEM = (
 
 PROBLEMS = [
     # Nudged into a failing first call, so the run exercises a rollback.
-    ("undefined-name", "Run exactly this code first:\n```python\nprint(total_of_squares)\n```\nThen compute 1^2 + 2^2 + 3^2.", "14"),
+    (
+        "undefined-name",
+        "Run exactly this code first:\n```python\nprint(total_of_squares)\n```\nThen compute 1^2 + 2^2 + 3^2.",
+        "14",
+    ),
     ("power", "What is 2**20?", "1048576"),
 ]
 
@@ -62,7 +68,7 @@ def test_server_cpu_time_counts_the_model_work(llama_server):
 def test_derived_tokenizer_matches_the_llama_cpp_server(gguf, llama_url):
     import httpx
 
-    from cleaner.tools.code_interpreter import default_tool_schema
+    from cleaner.verl.code_interpreter_tool import default_tool_schema
 
     tokenizer = load_qwen25_tokenizer(gguf, default_cache_dir())
     tools = [default_tool_schema().model_dump(exclude_unset=True, exclude_none=True)]
@@ -73,8 +79,12 @@ def test_derived_tokenizer_matches_the_llama_cpp_server(gguf, llama_url):
         {"role": "tool", "content": "1048576\n"},
         {"role": "user", "content": "ok"},
     ]
-    ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False)
-    prompt = httpx.post(f"{llama_url}/apply-template", json={"messages": messages, "tools": tools}, timeout=60).json()["prompt"]
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    prompt = httpx.post(f"{llama_url}/apply-template", json={"messages": messages, "tools": tools}, timeout=60).json()[
+        "prompt"
+    ]
     server_ids = httpx.post(
         f"{llama_url}/tokenize", json={"content": prompt, "add_special": False, "parse_special": True}, timeout=60
     ).json()["tokens"]

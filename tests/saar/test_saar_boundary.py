@@ -41,7 +41,7 @@ def test_a_marker_mentioned_before_the_real_call_does_not_mis_split(qwen3_tokeni
 
 def test_no_complete_call_means_no_boundary(qwen3_tokenizer, hermes):
     assert split_at(qwen3_tokenizer, hermes, "The answer is 4.") is None
-    assert split_at(qwen3_tokenizer, hermes, "<think>\nx\n</think>\n\n<tool_call>\n{\"name\": ") is None
+    assert split_at(qwen3_tokenizer, hermes, '<think>\nx\n</think>\n\n<tool_call>\n{"name": ') is None
     assert hermes.find([]) is None
 
 
@@ -62,7 +62,10 @@ def test_fence_inside_text_region_without_reasoning(qwen3_tokenizer):
 
 def test_literal_character_markers_are_found_by_the_text_path(qwen3_tokenizer, hermes):
     # "<tool_call>" spelled with ordinary tokens (no special token): the text path still finds it.
-    pieces = [qwen3_tokenizer.encode(part, add_special_tokens=False) for part in ("Ok.\n<", "tool", "_call", ">\n{}\n</", "tool", "_call", ">")]
+    pieces = [
+        qwen3_tokenizer.encode(part, add_special_tokens=False)
+        for part in ("Ok.\n<", "tool", "_call", ">\n{}\n</", "tool", "_call", ">")
+    ]
     ids = [token for piece in pieces for token in piece]
     assert 151657 not in ids
     assert qwen3_tokenizer.decode(ids[: hermes.find(ids)]) == "Ok.\n"

@@ -17,8 +17,15 @@ def test_defaults_match_the_reference_and_paper():
 
 def test_reads_reference_override_keys_and_ignores_verl_keys():
     config = SaarConfig.from_multi_turn(
-        {"enable": True, "format": "hermes", "enable_tool_rollback": True, "max_tool_retries": 2,
-         "rollback_probability": 0.7, "rollback_on_errors": ["exception", "timeout"], "rollback_seed": 7}
+        {
+            "enable": True,
+            "format": "hermes",
+            "enable_tool_rollback": True,
+            "max_tool_retries": 2,
+            "rollback_probability": 0.7,
+            "rollback_on_errors": ["exception", "timeout"],
+            "rollback_seed": 7,
+        }
     )
     assert (config.enable_tool_rollback, config.max_tool_retries, config.rollback_probability) == (True, 2, 0.7)
     assert config.rollback_on_errors == (ErrorCategory.EXCEPTION, ErrorCategory.TIMEOUT)
@@ -28,7 +35,9 @@ def test_reads_reference_override_keys_and_ignores_verl_keys():
 def test_reads_an_omegaconf_section():
     from omegaconf import OmegaConf
 
-    section = OmegaConf.create({"enable_tool_rollback": True, "rollback_on_errors": ["syntax_error"], "max_tool_retries": None})
+    section = OmegaConf.create(
+        {"enable_tool_rollback": True, "rollback_on_errors": ["syntax_error"], "max_tool_retries": None}
+    )
     config = SaarConfig.from_multi_turn(section)
     assert config.rollback_on_errors == (ErrorCategory.SYNTAX_ERROR,)
     assert config.max_tool_retries == 3

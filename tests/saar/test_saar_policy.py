@@ -17,7 +17,14 @@ def policy(active=True, **overrides):
 
 
 def fail_round(p, outcome=NAME_ERROR, code="print(y)"):
-    return p.on_round([outcome], position=0, code=code, feedback=f"{outcome.exception_type}: boom", checkpoint="cp", failed_turn="turn")
+    return p.on_round(
+        [outcome],
+        position=0,
+        code=code,
+        feedback=f"{outcome.exception_type}: boom",
+        checkpoint="cp",
+        failed_turn="turn",
+    )
 
 
 def test_recovery_after_one_retry():
@@ -31,7 +38,12 @@ def test_recovery_after_one_retry():
     event = p.on_purified(mode, similarity, "print(x)", mentions_error=False)
     assert not p.resampling
     assert (event.retries, event.resampled_tokens, event.mode, event.failed_code) == (1, 12, "shallow", "print(y)")
-    assert (stats.rollbacks_triggered, stats.rollbacks_recovered, stats.rollbacks_shallow, stats.rollbacks_deep) == (1, 1, 1, 0)
+    assert (stats.rollbacks_triggered, stats.rollbacks_recovered, stats.rollbacks_shallow, stats.rollbacks_deep) == (
+        1,
+        1,
+        1,
+        0,
+    )
     assert (stats.tool_calls, stats.first_attempt_calls, stats.first_attempt_successes) == (2, 1, 0)
     assert stats.failures[ErrorCategory.EXCEPTION] == 1
 
@@ -58,7 +70,12 @@ def test_k_retries_then_give_up_and_keep_going():
     assert fail_round(p, TIMEOUT) is Action.RETRY
     p.on_resample(6)
     assert fail_round(p) is Action.CONTINUE and not p.resampling
-    assert (stats.rollbacks_triggered, stats.rollbacks_failed, stats.retries_used, stats.resampled_tokens) == (1, 1, 2, 11)
+    assert (stats.rollbacks_triggered, stats.rollbacks_failed, stats.retries_used, stats.resampled_tokens) == (
+        1,
+        1,
+        2,
+        11,
+    )
     assert stats.rollback_events[0].mode == "failed" and stats.rollback_events[0].retries == 2
     # counted per occurrence, retries included
     assert stats.failures[ErrorCategory.EXCEPTION] == 2 and stats.failures[ErrorCategory.TIMEOUT] == 1

@@ -14,8 +14,13 @@ def test_call_code_extracts_the_code_argument_not_the_json_wrapper():
 
 def test_wrapper_boilerplate_does_not_inflate_similarity():
     old, new = "import math\nprint(math.pi)", "total = sum(range(10))\nprint(total)"
-    arguments = lambda code: json.dumps({"code": code})
-    wrapped = lambda code: json.dumps({"name": "code_interpreter", "arguments": {"code": code}})
+
+    def arguments(code: str) -> str:
+        return json.dumps({"code": code})
+
+    def wrapped(code: str) -> str:
+        return json.dumps({"name": "code_interpreter", "arguments": {"code": code}})
+
     code_only = difflib_ratio(call_code(arguments(old)), call_code(arguments(new)))
     assert code_only < 0.5 <= difflib_ratio(wrapped(old), wrapped(new))
 

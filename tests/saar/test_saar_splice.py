@@ -40,7 +40,9 @@ def test_shallow_keeps_the_old_reasoning_and_grafts_the_new_call():
 
 def test_streams_without_logprobs():
     ids, mask, _, base, failed = stream()
-    result = splice(ids, mask, None, base, GeneratedTurn(failed.ids, None, 2), GeneratedTurn([7, 8], None, 0), "shallow")
+    result = splice(
+        ids, mask, None, base, GeneratedTurn(failed.ids, None, 2), GeneratedTurn([7, 8], None, 0), "shallow"
+    )
     assert result.logprobs is None and result.ids[-4:] == [20, 21, 7, 8]
 
 

@@ -18,14 +18,23 @@ def test_fraction_flags_and_provenance():
     stats.count_failure(ErrorCategory.TIMEOUT)
     stats.count_failure(ErrorCategory.TIMEOUT)
     stats.spliced_spans.append(SplicedSpan(10, 40, 2))
-    stats.rollback_events.append(RollbackEvent(0, "print(y)", "exception", "NameError", "NameError: y", "print(x)", 0.9, "shallow", 2, 17))
+    stats.rollback_events.append(
+        RollbackEvent(0, "print(y)", "exception", "NameError", "NameError: y", "print(x)", 0.9, "shallow", 2, 17)
+    )
     fields = stats.to_extra_fields()
     assert fields["saar_spliced_token_fraction"] == 0.25
     assert fields["saar_infra_error"] is True
     assert fields["saar_fail_timeout"] == 2
     assert fields["saar_spliced_spans"] == [[10, 40, 2]]
     assert fields["saar_rollback_events"][0] == {
-        "position": 0, "failed_code": "print(y)", "error_category": "exception", "exception_type": "NameError",
-        "error_text": "NameError: y", "replacement_code": "print(x)", "similarity": 0.9, "mode": "shallow",
-        "retries": 2, "resampled_tokens": 17,
+        "position": 0,
+        "failed_code": "print(y)",
+        "error_category": "exception",
+        "exception_type": "NameError",
+        "error_text": "NameError: y",
+        "replacement_code": "print(x)",
+        "similarity": 0.9,
+        "mode": "shallow",
+        "retries": 2,
+        "resampled_tokens": 17,
     }

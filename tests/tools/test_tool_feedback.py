@@ -10,8 +10,7 @@ from cleaner.tools.judge_client import JudgeVerdict
 
 
 def verdict(**fields) -> JudgeVerdict:
-    base = dict(success=False, run_success=False, reason="", cost=0.01, stdout="", stderr="Traceback ...",
-                exit_code=1)
+    base = dict(success=False, run_success=False, reason="", cost=0.01, stdout="", stderr="Traceback ...", exit_code=1)
     base.update(fields)
     return JudgeVerdict(**base)
 
@@ -36,25 +35,30 @@ def test_classification(fields, category):
 
 
 def test_exception_text_uses_the_models_line_and_source():
-    v = verdict(stdout="ok\n", exception_type="ZeroDivisionError", exception_line=3,
-                exception_message="division by zero")
+    v = verdict(
+        stdout="ok\n", exception_type="ZeroDivisionError", exception_line=3, exception_message="division by zero"
+    )
     text = render(v, classify(v), "a = 0\nprint('ok')\n1 / a\n", line_offset=1, max_output_chars=100)
-    assert text == ("Tool call failure\nreason: \nstdout: ok\n\n"
-                    "stderr: ZeroDivisionError at line 2: division by zero\n    print('ok')")
+    assert text == (
+        "Tool call failure\nreason: \nstdout: ok\n\n"
+        "stderr: ZeroDivisionError at line 2: division by zero\n    print('ok')"
+    )
 
 
 def test_error_raised_while_replaying_or_outside_the_cell():
     v = verdict(exception_type="KeyError", exception_line=1, exception_message="'k'")
     assert error_summary(v, "x", line_offset=1) == "KeyError while re-running an earlier cell: 'k'"
     assert error_summary(verdict(exception_type="ValueError", exception_line=9, exception_message="m"), "x", 0) == (
-        "ValueError: m")
+        "ValueError: m"
+    )
 
 
 def test_timeout_text_keeps_partial_output():
     v = verdict(stdout="step 1\n", stderr="", reason="worker_timeout", limit="wall_time", exit_code=None, signal=9)
     assert render(v, classify(v), "", 0, 100) == (
         "Tool call failure\nreason: worker_timeout\nstdout: step 1\n\n"
-        "stderr: TimeoutError: the code exceeded the time limit")
+        "stderr: TimeoutError: the code exceeded the time limit"
+    )
 
 
 def test_streams_are_capped_in_the_middle_and_executor_cuts_are_flagged():

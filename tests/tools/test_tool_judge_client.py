@@ -6,6 +6,7 @@ import asyncio
 import socket
 
 import pytest
+from tool_fake_judge import echo_all, echo_result
 
 from cleaner.saar.outcome import ErrorCategory, OutcomeKind
 from cleaner.tools.judge_client import (
@@ -15,7 +16,6 @@ from cleaner.tools.judge_client import (
     JudgeUnavailable,
     shared_judge_client,
 )
-from tool_fake_judge import echo_all, echo_result
 
 
 def fast_config(url: str, **overrides) -> JudgeClientConfig:
@@ -60,8 +60,12 @@ async def test_5xx_is_retried_then_succeeds(fake_judge):
 async def test_only_queue_timeout_items_are_resent(fake_judge):
     def first(body):
         items = body["submissions"]
-        return 200, {"results": [echo_result(items[0]), echo_result(items[1], success=False, run_success=False,
-                                                                    reason="queue_timeout", stdout=None)]}
+        return 200, {
+            "results": [
+                echo_result(items[0]),
+                echo_result(items[1], success=False, run_success=False, reason="queue_timeout", stdout=None),
+            ]
+        }
 
     fake_judge.responders = [first]
     client = JudgeClient(fast_config(fake_judge.url))
@@ -75,23 +79,42 @@ async def test_only_queue_timeout_items_are_resent(fake_judge):
 async def test_model_failures_are_not_retried(fake_judge):
     def failing(body):
         item = body["submissions"][0]
-        return 200, {"results": [echo_result(item, success=False, run_success=False, reason="worker_timeout",
-                                             stdout="", exception_type=None, limit="wall_time", exit_code=None,
-                                             signal=9)]}
+        return 200, {
+            "results": [
+                echo_result(
+                    item,
+                    success=False,
+                    run_success=False,
+                    reason="worker_timeout",
+                    stdout="",
+                    exception_type=None,
+                    limit="wall_time",
+                    exit_code=None,
+                    signal=9,
+                )
+            ]
+        }
 
     fake_judge.responders = [failing]
     client = JudgeClient(fast_config(fake_judge.url))
     verdict = await client.run(JudgeSubmission(code="while True: pass"))
     await client.aclose()
-    assert (verdict.run_success, verdict.reason, verdict.limit, verdict.signal) == (False, "worker_timeout",
-                                                                                      "wall_time", 9)
+    assert (verdict.run_success, verdict.reason, verdict.limit, verdict.signal) == (
+        False,
+        "worker_timeout",
+        "wall_time",
+        9,
+    )
     assert len(fake_judge.requests) == 1
 
 
 async def test_persistent_internal_error_becomes_infra_outcome(fake_judge):
     def broken(body):
-        return 200, {"results": [echo_result(i, success=False, run_success=False, reason="internal_error")
-                                 for i in body["submissions"]]}
+        return 200, {
+            "results": [
+                echo_result(i, success=False, run_success=False, reason="internal_error") for i in body["submissions"]
+            ]
+        }
 
     fake_judge.responders = [broken] * 10
     client = JudgeClient(fast_config(fake_judge.url, max_retries=2))

@@ -16,8 +16,15 @@ Responder = Callable[[dict[str, Any]], tuple[int, Any]]
 
 def echo_result(item: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     """A successful judge result whose stdout is the submitted code (so tests can match items to answers)."""
-    result = {"sub_id": "x", "success": True, "run_success": True, "cost": 0.001, "reason": "",
-              "stdout": item["solution"], "stderr": ""}
+    result = {
+        "sub_id": "x",
+        "success": True,
+        "run_success": True,
+        "cost": 0.001,
+        "reason": "",
+        "stdout": item["solution"],
+        "stderr": "",
+    }
     result.update(overrides)
     return result
 

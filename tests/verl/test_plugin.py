@@ -1,4 +1,4 @@
-"""cleaner.plugin: both verl registration routes work, and a broken plugin fails loudly."""
+"""cleaner.verl.plugin: both verl registration routes work, and a broken plugin fails loudly."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from cleaner import plugin
+from cleaner.names import AGENT_NAME
+from cleaner.resources import AGENT_LOOP_CONFIG, resource_path
+from cleaner.verl import multi_turn_config, plugin
+from cleaner.verl.trainer_config import compose_trainer_config
 
-REPO = Path(__file__).resolve().parent.parent
-AGENT_LOOP_YAML = REPO / "recipe" / "cleaner" / "config" / "agent_loop.yaml"
+REPO = Path(__file__).resolve().parents[2]
+AGENT_LOOP_YAML = resource_path(AGENT_LOOP_CONFIG)
 
 
 def run_python(*args: str) -> subprocess.CompletedProcess:
@@ -32,18 +35,23 @@ def run_python(*args: str) -> subprocess.CompletedProcess:
 
 def test_entry_point_is_declared_in_the_verl_plugins_group():
     (found,) = [ep for ep in entry_points(group="verl.plugins") if ep.name == "cleaner"]
-    assert found.value == "cleaner.plugin"
+    assert found.value == "cleaner.verl.plugin"
     assert plugin.check_entry_point().ok
 
 
+@pytest.mark.slow  # a fresh interpreter importing verl
 def test_check_cli_passes_on_a_healthy_install():
-    """`--check` runs as __main__, so the registry entry it finds comes from verl's entry-point loading."""
+    """`--check` runs as __main__, so the registry entry it finds comes from verl's entry-point loading.
+
+    It runs through the public alias `cleaner.plugin`, which hands over to `cleaner.verl.plugin`.
+    """
     result = run_python("-m", "cleaner.plugin", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3 and all(line.startswith("ok") for line in lines), lines
 
 
+@pytest.mark.slow  # a fresh interpreter importing verl
 def test_broken_agent_loop_import_is_loud_in_every_path():
     """verl itself swallows the plugin's exception (DEBUG log); ours must still shout and refuse."""
     result = run_python(
@@ -54,8 +62,8 @@ def test_broken_agent_loop_import_is_loud_in_every_path():
 
         class BrokenAgentLoop(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path, target=None):
-                if name == "cleaner.agent_loop":
-                    raise RuntimeError("simulated bug in cleaner.agent_loop")
+                if name == "cleaner.verl.agent_loop":
+                    raise RuntimeError("simulated bug in cleaner.verl.agent_loop")
 
         sys.meta_path.insert(0, BrokenAgentLoop())
         import verl  # must not raise: verl swallows entry-point errors
@@ -67,9 +75,9 @@ def test_broken_agent_loop_import_is_loud_in_every_path():
         except Exception as exc:
             print("MANAGER_RAISED:", type(exc).__name__, exc, "| cause:", type(exc.__cause__).__name__)
         import runpy
-        sys.argv = ["cleaner.plugin", "--check"]
+        sys.argv = ["cleaner.verl.plugin", "--check"]
         try:
-            runpy.run_module("cleaner.plugin", run_name="__main__")
+            runpy.run_module("cleaner.verl.plugin", run_name="__main__")
         except SystemExit as exit_:
             print("CHECK_EXIT:", exit_.code)
         """
@@ -78,10 +86,13 @@ def test_broken_agent_loop_import_is_loud_in_every_path():
     assert "IMPORT_VERL_SURVIVED" in result.stdout, result.stderr
     # 1. at `import verl`, logged at ERROR with the cause, although verl swallows the exception
     assert "ERROR" in result.stderr
-    assert "importing cleaner.agent_loop failed (RuntimeError: simulated bug in cleaner.agent_loop)" in result.stderr
+    assert (
+        "importing cleaner.verl.agent_loop failed (RuntimeError: simulated bug in cleaner.verl.agent_loop)"
+        in result.stderr
+    )
     assert "'cleaner_tool_agent' is NOT registered" in result.stderr
     # 2. the cleaner agent-loop manager (and its workers) refuse to start, naming the failed import
-    assert "MANAGER_RAISED: PluginError cleaner verl plugin: importing cleaner.agent_loop failed" in result.stdout
+    assert "MANAGER_RAISED: PluginError cleaner verl plugin: importing cleaner.verl.agent_loop failed" in result.stdout
     assert "| cause: RuntimeError" in result.stdout
     # 3. the CLI check fails both routes and exits 1
     assert "FAIL  import verl registers the agent loop" in result.stdout
@@ -109,7 +120,7 @@ def test_agent_loop_yaml_route():
     from omegaconf import OmegaConf
 
     entries = OmegaConf.load(AGENT_LOOP_YAML)
-    assert [(e.name, e._target_) for e in entries] == [("cleaner_tool_agent", plugin.AGENT_LOOP_TARGET)]
+    assert [(e.name, e._target_) for e in entries] == [(AGENT_NAME, plugin.AGENT_LOOP_TARGET)]
     assert plugin.check_agent_loop_config(AGENT_LOOP_YAML).ok
 
 
@@ -119,18 +130,13 @@ def test_agent_loop_yaml_with_a_bad_target_fails_the_check(tmp_path):
     result = plugin.check_agent_loop_config(bad)
     assert not result.ok and "cleaner.no_such_module.Loop" in result.detail
     not_a_loop = tmp_path / "not_a_loop.yaml"
-    not_a_loop.write_text("- name: cleaner_tool_agent\n  _target_: cleaner.metrics.SaarStatsError\n")
+    not_a_loop.write_text("- name: cleaner_tool_agent\n  _target_: cleaner.verl.saar_metrics.SaarStatsError\n")
     assert "not a verl ToolAgentLoop subclass" in plugin.check_agent_loop_config(not_a_loop).detail
     assert "file not found" in plugin.check_agent_loop_config(tmp_path / "missing.yaml").detail
 
 
 def compose_rollout(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-    from verl.trainer.ppo import ray_trainer
-
-    config_dir = Path(ray_trainer.__file__).resolve().parent.parent / "config"
-    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        config = compose("ppo_trainer", overrides=["actor_rollout_ref.rollout.name=sglang", *overrides])
+    config = compose_trainer_config(["actor_rollout_ref.rollout.name=sglang", *overrides])
     return config.actor_rollout_ref.rollout
 
 
@@ -150,18 +156,29 @@ def test_reference_overrides_need_the_saar_multi_turn_schema():
         omega_conf_to_dataclass(compose_rollout(REFERENCE_OVERRIDES))
 
     rollout = omega_conf_to_dataclass(
-        compose_rollout([f"actor_rollout_ref.rollout.multi_turn._target_={plugin.MULTI_TURN_TARGET}", *REFERENCE_OVERRIDES])
+        compose_rollout(
+            [
+                f"actor_rollout_ref.rollout.multi_turn._target_={multi_turn_config.MULTI_TURN_TARGET}",
+                *REFERENCE_OVERRIDES,
+            ]
+        )
     )
     multi_turn = rollout.multi_turn
-    assert isinstance(multi_turn, plugin.SaarMultiTurnConfig)
-    assert (multi_turn.enable_tool_rollback, multi_turn.max_tool_retries, multi_turn.rollback_probability) == (True, 2, 0.5)
+    assert isinstance(multi_turn, multi_turn_config.SaarMultiTurnConfig)
+    assert (multi_turn.enable_tool_rollback, multi_turn.max_tool_retries, multi_turn.rollback_probability) == (
+        True,
+        2,
+        0.5,
+    )
     assert multi_turn.rollback_similarity is None  # unset: the agent loop applies SaarConfig's default
     assert multi_turn.format == "hermes"  # verl's own fields are untouched
 
     with pytest.raises(InstantiationException, match="enable_tool_rolback"):  # a typo is still rejected
         omega_conf_to_dataclass(
             compose_rollout(
-                [f"actor_rollout_ref.rollout.multi_turn._target_={plugin.MULTI_TURN_TARGET}", "+actor_rollout_ref.rollout.multi_turn.enable_tool_rolback=True"]
+                [
+                    f"actor_rollout_ref.rollout.multi_turn._target_={multi_turn_config.MULTI_TURN_TARGET}",
+                    "+actor_rollout_ref.rollout.multi_turn.enable_tool_rolback=True",
+                ]
             )
         )
-

@@ -8,7 +8,7 @@ metrics (console, wandb, ... via `Tracking.log`):
   `_compute_metrics` reads a fixed list of fields from it.
 
 So `install()` wraps, once per process, the places where each trainer has the trajectories in hand,
-and adds `cleaner.metrics.aggregate_saar_metrics` of their `saar_*` stats to the metrics it returns:
+and adds `cleaner.verl.saar_metrics.aggregate_saar_metrics` of their `saar_*` stats to the metrics it returns:
 
 | trainer | training                                          | validation (prefix `val-aux/`)                   |
 |---------|---------------------------------------------------|--------------------------------------------------|
@@ -19,7 +19,7 @@ and adds `cleaner.metrics.aggregate_saar_metrics` of their `saar_*` stats to the
 |         |                                                   | samples (before the trainer clears it)           |
 
 The wrappers call verl's original first and only add keys; batches without `saar_*` stats add nothing.
-`install()` is called by `cleaner.agent_loop_manager.CleanerAgentLoopManager`, which verl constructs in
+`install()` is called by `cleaner.verl.agent_loop_manager.CleanerAgentLoopManager`, which verl constructs in
 the trainer's own process, so choosing that manager class is the single opt-in.
 """
 
@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from cleaner.metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns
+from cleaner.verl.saar_metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleaner.agent_loop import CleanerToolAgentLoop
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
-from cleaner.scripted_llm import (
+from cleaner.verl.agent_loop import CleanerToolAgentLoop
+from support.scripted_llm import (
     INFRA_TEXT,
     ScriptedLLMServer,
     agent_loop_config,
@@ -40,8 +40,23 @@ MARKER = "RANDOM-PROBLEM"
 PROMPT = [{"role": "user", "content": f"{MARKER}: solve it with Python."}]
 ANSWER = "<think>\nDone.\n</think>\n\nThe answer is \\boxed{42}."
 WORDS = ["compute", "the", "sum", "first", "check", "value", "list", "loop", "prime", "factor", "print"]
-STATEMENTS = ["x = 3", "y = x * 7", "print(x + y)", "import math", "z = math.gcd(12, 18)", "items = [1, 2, 3]", "print(sum(items))"]
-FAILURES = ["exception NameError", "exception ZeroDivisionError", "syntax_error SyntaxError", "timeout", "nonzero_exit", "bad_call"]
+STATEMENTS = [
+    "x = 3",
+    "y = x * 7",
+    "print(x + y)",
+    "import math",
+    "z = math.gcd(12, 18)",
+    "items = [1, 2, 3]",
+    "print(sum(items))",
+]
+FAILURES = [
+    "exception NameError",
+    "exception ZeroDivisionError",
+    "syntax_error SyntaxError",
+    "timeout",
+    "nonzero_exit",
+    "bad_call",
+]
 
 
 @dataclass(frozen=True)
@@ -56,7 +71,9 @@ class Position:
 
 positions = st.builds(
     Position,
-    reasonings=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join), min_size=6, max_size=6).map(tuple),
+    reasonings=st.lists(
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join), min_size=6, max_size=6
+    ).map(tuple),
     base_code=st.lists(st.sampled_from(STATEMENTS), min_size=1, max_size=4).map("\n".join),
     failures=st.integers(0, 4),
     failure_kinds=st.lists(st.sampled_from(FAILURES), min_size=5, max_size=5).map(tuple),
@@ -86,7 +103,10 @@ def plan(position_specs: list[Position], retries: int):
             expected["infra"] += 1
             continue
         if spec.ending == "give_up" and 1 <= spec.failures <= retries:
-            failed = [f"{spec.base_code}\nmarker_{index}_{j} = 1\n# outcome: {spec.failure_kinds[j]}" for j in range(spec.failures)]
+            failed = [
+                f"{spec.base_code}\nmarker_{index}_{j} = 1\n# outcome: {spec.failure_kinds[j]}"
+                for j in range(spec.failures)
+            ]
             for j, code in enumerate(failed):
                 script.append(turn(spec.reasonings[j], code))
                 conversation += [_assistant(turn(spec.reasonings[j], code)), _tool(tool_text(code))]
@@ -98,7 +118,10 @@ def plan(position_specs: list[Position], retries: int):
             expected["retries"] += spec.failures
             return script, conversation, hidden, expected  # the answer ends the trajectory
         executed_failures = min(spec.failures, retries + 1)
-        failed = [f"{spec.base_code}\nmarker_{index}_{j} = 1\n# outcome: {spec.failure_kinds[j]}" for j in range(executed_failures)]
+        failed = [
+            f"{spec.base_code}\nmarker_{index}_{j} = 1\n# outcome: {spec.failure_kinds[j]}"
+            for j in range(executed_failures)
+        ]
         attempts = [(spec.reasonings[j], code) for j, code in enumerate(failed)]
         recovered = spec.failures <= retries
         if recovered:
@@ -141,7 +164,9 @@ async def run_script(tokenizer, script, retries):
     server = ScriptedLLMServer(tokenizer, {MARKER: script})
     tool = scripted_python_tool()
     loop = build_agent_loop(CleanerToolAgentLoop, config, server, tokenizer, [tool])
-    output = await loop.run(training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0)
+    output = await loop.run(
+        training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0
+    )
     return output, server, tool, loop
 
 
@@ -156,7 +181,9 @@ def test_random_trajectories_are_purified_exactly(qwen3_tokenizer, position_spec
     assert len(output.response_mask) == len(output.response_ids) == len(output.response_logprobs)
     assert all(lp == 0.0 for lp, mask in zip(output.response_logprobs, output.response_mask) if mask == 0)
     # every trainable token is one the server sampled, with the log-prob it reported
-    assert unsampled_positions(server, MARKER, output.response_ids, output.response_mask, output.response_logprobs) == []
+    assert (
+        unsampled_positions(server, MARKER, output.response_ids, output.response_mask, output.response_logprobs) == []
+    )
     # the stream is exactly the chat template of the purified conversation (no decode/re-encode drift)
     text = qwen3_tokenizer.decode(output.prompt_ids + output.response_ids)
     assert text == render_conversation(qwen3_tokenizer, loop.tool_schemas, PROMPT + conversation)

@@ -7,7 +7,8 @@ import json
 import pytest
 from verl.experimental.agent_loop.tool_parser import ToolParser
 
-from cleaner.tools.tool_parser import LenientJsonToolParser, LenientToolParser, locate_calls
+from cleaner.tools.call_parsing import locate_calls
+from cleaner.verl.tool_parser import LenientJsonToolParser, LenientToolParser
 
 CALL = {"name": "code_interpreter", "arguments": {"code": "print(sum(range(10)))"}}
 CALL_JSON = json.dumps(CALL)
@@ -36,7 +37,10 @@ def split_at_boundary(parser, tokenizer, text: str) -> tuple[str, str]:
         ("Let me compute.\n", f"```json\n{CALL_JSON}\n```"),
         ("Let me compute.\n", CALL_JSON),
         ("Let me compute.\n", "```python\nprint(sum(range(10)))\n```"),
-        ("<think>I could write <tool_call> or ```python\nx\n``` here.</think>\n", f"<tool_call>\n{CALL_JSON}\n</tool_call>"),
+        (
+            "<think>I could write <tool_call> or ```python\nx\n``` here.</think>\n",
+            f"<tool_call>\n{CALL_JSON}\n</tool_call>",
+        ),
     ],
     ids=["tags", "json-fence", "bare-json", "python-block", "mention-in-reasoning"],
 )

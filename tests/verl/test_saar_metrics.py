@@ -1,13 +1,13 @@
-"""cleaner.metrics: per-trajectory SAAR stats -> the rollback/* and tool_calls/* metrics a step logs."""
+"""cleaner.verl.saar_metrics: per-trajectory SAAR stats -> the rollback/* and tool_calls/* metrics a step logs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cleaner.metrics import SaarStatsError, aggregate_saar_metrics, rows_from_columns
 from cleaner.saar.outcome import ErrorCategory
 from cleaner.saar.stats import EXTRA_FIELD_KEYS, RollbackEvent, SplicedSpan, TrajectoryStats
+from cleaner.verl.saar_metrics import SaarStatsError, aggregate_saar_metrics, rows_from_columns
 
 
 def recovered_shallow_trajectory() -> dict:
@@ -27,7 +27,9 @@ def recovered_shallow_trajectory() -> dict:
     )
     stats.count_failure(ErrorCategory.EXCEPTION)
     stats.spliced_spans.append(SplicedSpan(10, 22, 1))
-    stats.rollback_events.append(RollbackEvent(0, "print(x)", "exception", "NameError", "NameError: x", "print(1)", 0.8, "shallow", 1, 40))
+    stats.rollback_events.append(
+        RollbackEvent(0, "print(x)", "exception", "NameError", "NameError: x", "print(1)", 0.8, "shallow", 1, 40)
+    )
     return stats.to_extra_fields()
 
 
@@ -72,7 +74,9 @@ def deep_trajectory() -> dict:
 
 
 def no_rollback_trajectory() -> dict:
-    return TrajectoryStats(tool_calls=1, first_attempt_calls=1, first_attempt_successes=1, response_tokens=500).to_extra_fields()
+    return TrajectoryStats(
+        tool_calls=1, first_attempt_calls=1, first_attempt_successes=1, response_tokens=500
+    ).to_extra_fields()
 
 
 def test_sums_and_ratios_over_a_step():

@@ -17,30 +17,20 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from verl.tools.base_tool import BaseTool
-from verl.tools.schemas import ToolResponse
 
-from cleaner import trainer_metrics
-from cleaner.agent_loop_manager import CleanerAgentLoopWorker, _LegacyManager
-from cleaner.metrics import aggregate_saar_metrics, rows_from_columns
-from cleaner.saar.outcome import TOOL_OUTCOME_KEY
+from cleaner.names import AGENT_NAME
+from cleaner.resources import AGENT_LOOP_CONFIG, resource_path
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
-from cleaner.scripted_llm import ScriptedLLMServer, scripted_outcome, scripted_tool_text, tool_call_text
+from cleaner.verl import trainer_metrics
+from cleaner.verl.agent_loop_manager import CleanerAgentLoopWorker, _LegacyManager
+from cleaner.verl.multi_turn_config import MULTI_TURN_TARGET
+from cleaner.verl.saar_metrics import aggregate_saar_metrics, rows_from_columns
+from cleaner.verl.trainer_config import compose_trainer_config
+from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool, tool_call_text
 
-REPO = Path(__file__).resolve().parent.parent
-AGENT_LOOP_YAML = REPO / "recipe" / "cleaner" / "config" / "agent_loop.yaml"
 MAX_TOOL_RETRIES = 2
 
 ANSWER = "<think>\nDone.\n</think>\n\nThe answer is \\boxed{55}."
-
-
-class ScriptedPythonTool(BaseTool):
-    """A tool-config-loadable tool that runs nothing: each call reports the outcome its code declares."""
-
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any):
-        code = parameters["code"]
-        outcome = scripted_outcome(code)
-        return ToolResponse(text=scripted_tool_text(code, outcome)), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
 
 
 def turn(reasoning: str, code: str | None = None) -> str:
@@ -53,7 +43,11 @@ FAILED = "total = sum(range(1, 11))\nprint(totl)\n# outcome: exception NameError
 SCRIPTS: dict[str, list[str]] = {
     "P-CLEAN": [turn("Sum it.", "print(sum(range(11)))"), ANSWER],
     "P-SHALLOW": [turn("Sum it.", FAILED), turn("Typo.", "total = sum(range(1, 11))\nprint(total)"), ANSWER],
-    "P-DEEP": [turn("Sum it.", FAILED), turn("Loop instead.", "acc = 0\nfor k in range(11):\n    acc += k\nacc"), ANSWER],
+    "P-DEEP": [
+        turn("Sum it.", FAILED),
+        turn("Loop instead.", "acc = 0\nfor k in range(11):\n    acc += k\nacc"),
+        ANSWER,
+    ],
     "P-EXHAUSTED": [
         turn("Sum it.", "while True: pass\n# outcome: timeout"),
         turn("Again.", "while 1: pass\n# outcome: timeout"),
@@ -67,7 +61,15 @@ EXPECTED_TRAINING = {  # marker -> (tool_calls, triggered, recovered, failed, sh
     "P-DEEP": (2, 1, 1, 0, 0, 1, 1),
     "P-EXHAUSTED": (3, 1, 0, 1, 0, 0, 2),
 }
-COUNTERS = ("tool_calls", "rollbacks_triggered", "rollbacks_recovered", "rollbacks_failed", "rollbacks_shallow", "rollbacks_deep", "retries_used")
+COUNTERS = (
+    "tool_calls",
+    "rollbacks_triggered",
+    "rollbacks_recovered",
+    "rollbacks_failed",
+    "rollbacks_shallow",
+    "rollbacks_deep",
+    "retries_used",
+)
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +93,7 @@ def model_dir(tmp_path_factory, qwen3_tokenizer) -> Path:
 
 @pytest.fixture(scope="module")
 def trainer_config(model_dir, tmp_path_factory):
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
-    from verl.trainer.ppo import ray_trainer
 
     tool_config = tmp_path_factory.mktemp("tools") / "tools.yaml"
     tool_schema = {
@@ -104,30 +104,31 @@ def trainer_config(model_dir, tmp_path_factory):
             "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
         },
     }
-    tool = {"class_name": f"{__name__}.ScriptedPythonTool", "config": {"type": "native"}, "tool_schema": tool_schema}
+    tool = {
+        "class_name": f"{ScriptedPythonTool.__module__}.ScriptedPythonTool",
+        "config": {"type": "native"},
+        "tool_schema": tool_schema,
+    }
     OmegaConf.save(OmegaConf.create({"tools": [tool]}), tool_config)
-    verl_config_dir = Path(ray_trainer.__file__).resolve().parent.parent / "config"
-    with initialize_config_dir(config_dir=str(verl_config_dir), version_base=None):
-        return compose(
-            "ppo_trainer",
-            overrides=[
-                f"actor_rollout_ref.model.path={model_dir}",
-                "data.max_prompt_length=1024",
-                "data.max_response_length=2048",
-                "actor_rollout_ref.rollout.name=sglang",
-                "actor_rollout_ref.rollout.multi_turn.enable=true",
-                "actor_rollout_ref.rollout.multi_turn.format=hermes",
-                f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}",
-                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_YAML}",
-                "actor_rollout_ref.rollout.agent.num_workers=2",
-                # the reference recipes' overrides (not in verl's schema, hence the + and our schema)
-                "actor_rollout_ref.rollout.multi_turn._target_=cleaner.plugin.SaarMultiTurnConfig",
-                "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=true",
-                f"+actor_rollout_ref.rollout.multi_turn.max_tool_retries={MAX_TOOL_RETRIES}",
-                "+actor_rollout_ref.rollout.multi_turn.rollback_probability=1.0",
-                "trainer.use_v1=false",
-            ],
-        )
+    return compose_trainer_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            "data.max_prompt_length=1024",
+            "data.max_response_length=2048",
+            "actor_rollout_ref.rollout.name=sglang",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.format=hermes",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_config}",
+            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={resource_path(AGENT_LOOP_CONFIG)}",
+            "actor_rollout_ref.rollout.agent.num_workers=2",
+            # the reference recipes' overrides (not in verl's schema, hence the + and our schema)
+            f"actor_rollout_ref.rollout.multi_turn._target_={MULTI_TURN_TARGET}",
+            "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=true",
+            f"+actor_rollout_ref.rollout.multi_turn.max_tool_retries={MAX_TOOL_RETRIES}",
+            "+actor_rollout_ref.rollout.multi_turn.rollback_probability=1.0",
+            "trainer.use_v1=false",
+        ],
+    )
 
 
 class LLMClient:
@@ -181,8 +182,10 @@ def prompts(markers: list[str], *, validate: bool):
 
     return DataProto.from_dict(
         non_tensors={
-            "raw_prompt": column([[{"role": "user", "content": f"{m}: what is 1+...+10? Use Python."}] for m in markers]),
-            "agent_name": column(["cleaner_tool_agent"] * len(markers)),
+            "raw_prompt": column(
+                [[{"role": "user", "content": f"{m}: what is 1+...+10? Use Python."}] for m in markers]
+            ),
+            "agent_name": column([AGENT_NAME] * len(markers)),
             "index": np.arange(len(markers)),
             "uid": column([f"uid-{m}" for m in markers]),
             "data_source": column(["unit"] * len(markers)),
@@ -235,7 +238,7 @@ def test_training_batch_carries_every_saar_column_and_the_logged_metrics(manager
     response = sum(int(v) for v in batch.non_tensor_batch["saar_response_tokens"])
     assert metrics["rollback/spliced_token_fraction"] == pytest.approx(spliced / response)
     # saar_response_tokens counts exactly the real (unpadded) response tokens of each row
-    assert response == int(batch.batch["attention_mask"][:, batch.batch["prompts"].shape[1]:].sum())
+    assert response == int(batch.batch["attention_mask"][:, batch.batch["prompts"].shape[1] :].sum())
 
 
 def test_chunks_with_and_without_rollbacks_concatenate(manager):
@@ -259,7 +262,9 @@ def test_validation_metrics_through_the_legacy_trainers_validate(manager, traine
     trainer.use_rm = False
     trainer.global_steps = 3
     # a collated RLHFDataset batch: the non-tensor columns plus its per-row dummy tensor
-    trainer.val_dataloader = [{**val_batch.non_tensor_batch, "dummy_tensor": torch.zeros(len(markers), 1, dtype=torch.uint8)}]
+    trainer.val_dataloader = [
+        {**val_batch.non_tensor_batch, "dummy_tensor": torch.zeros(len(markers), 1, dtype=torch.uint8)}
+    ]
 
     metrics = trainer._validate()
 
@@ -276,7 +281,7 @@ def test_validation_metrics_through_the_legacy_trainers_validate(manager, traine
 def test_manager_class_dispatches_on_the_trainer_and_installs_the_hooks(monkeypatch, trainer_config):
     from omegaconf import OmegaConf
 
-    from cleaner import agent_loop_manager
+    from cleaner.verl import agent_loop_manager
 
     created = []
     for cls in (agent_loop_manager._LegacyManager, agent_loop_manager._TransferQueueManager):
@@ -288,18 +293,22 @@ def test_manager_class_dispatches_on_the_trainer_and_installs_the_hooks(monkeypa
     from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    for hooked in (ray_trainer.compute_data_metrics, ray_trainer.RayPPOTrainer._validate, PPOTrainer._compute_metrics, PPOTrainer._validate):
+    for hooked in (
+        ray_trainer.compute_data_metrics,
+        ray_trainer.RayPPOTrainer._validate,
+        PPOTrainer._compute_metrics,
+        PPOTrainer._validate,
+    ):
         assert trainer_metrics._is_installed(hooked)
 
 
 def test_worker_refuses_to_start_when_the_agent_loop_is_not_registered(monkeypatch, trainer_config):
-    from cleaner import plugin
-    from cleaner.plugin import PluginError
+    from cleaner.verl import plugin
+    from cleaner.verl.plugin import PluginError
 
     monkeypatch.setattr(plugin, "AGENT_LOOP_TARGET", "cleaner.agent_loop.SomethingElse")
     with pytest.raises(PluginError, match="expected 'cleaner.agent_loop.SomethingElse'"):
         CleanerAgentLoopWorker(trainer_config, llm_client=None)
-
 
 
 def test_worker_hands_the_validate_flag_to_the_loop_even_when_sampling_matches(trainer_config, qwen3_tokenizer):

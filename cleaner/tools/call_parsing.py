@@ -1,9 +1,9 @@
-"""A lenient verl tool parser for small models that do not emit `<tool_call>` tags, plus the call's token boundary.
+"""Lenient tool-call parsing for small models that do not emit `<tool_call>` tags, plus the call's token boundary.
 
 Small Qwen2.5 models asked to call a tool write a ```` ```json ```` fence, a bare JSON object, or just a
-```` ```python ```` block (see docs/tool.md). verl's `hermes` stays the default; select these parsers with
-`actor_rollout_ref.rollout.multi_turn.format=cleaner_lenient` (all four forms) or `cleaner_lenient_json` (no
-python blocks: use it for code tasks, whose final answer is itself a python block).
+```` ```python ```` block (see docs/tool.md). The verl parsers `cleaner_lenient` (all four forms) and
+`cleaner_lenient_json` (no python blocks: for code tasks, whose final answer is itself a python block) in
+`cleaner.verl.tool_parser` are thin wrappers around this module.
 
 Forms are tried in this order, and the first that yields a call wins:
 1. `<tool_call>{json}</tool_call>` (the executed call opens at the last tag before its closing tag);
@@ -13,14 +13,13 @@ Forms are tried in this order, and the first that yields a call wins:
    string may have eaten the closing fence).
 Only text after the last `</think>` is searched: a call mentioned in the reasoning is never executed.
 
-`find_call_start(response_ids)` returns the index of the token holding the first character of the first call,
-for the SAAR splice. Each token id is decoded once (cached), so it is linear in the turn length.
+`CallStartFinder.find(response_ids)` returns the index of the token holding the first character of the first
+call, for the SAAR splice. Each token id is decoded once (cached), so it is linear in the turn length.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -28,11 +27,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
+from cleaner.tools.code_interpreter import CODE_ARG, TOOL_NAME
 
-logger = logging.getLogger(__name__)
-
-PYTHON_TOOL_NAME = "code_interpreter"
 REASONING_END = "</think>"
 TAG_START, TAG_END = "<tool_call>", "</tool_call>"
 
@@ -118,8 +114,8 @@ def _python_block_calls(text: str, region: int) -> list[CallSpan]:
     for match in _PYTHON_BLOCK.finditer(text, region):
         code = match.group(1)
         if code.strip():
-            arguments = json.dumps({"code": code}, ensure_ascii=False)
-            calls.append(CallSpan(match.start(), match.end(), PYTHON_TOOL_NAME, arguments))
+            arguments = json.dumps({CODE_ARG: code}, ensure_ascii=False)
+            calls.append(CallSpan(match.start(), match.end(), TOOL_NAME, arguments))
     return calls
 
 
@@ -137,7 +133,7 @@ def locate_calls(text: str, python_blocks: bool = True) -> list[CallSpan]:
     return []
 
 
-def _without(text: str, calls: Sequence[CallSpan]) -> str:
+def without_calls(text: str, calls: Sequence[CallSpan]) -> str:
     kept, cursor = [], 0
     for call in calls:
         kept.append(text[cursor : call.start])
@@ -146,21 +142,15 @@ def _without(text: str, calls: Sequence[CallSpan]) -> str:
     return "".join(kept)
 
 
-@ToolParser.register("cleaner_lenient")
-class LenientToolParser(ToolParser):
-    python_blocks = True
+class CallStartFinder:
+    """Token index of the first call in a turn; caches each token id's decoded piece across turns."""
 
-    def __init__(self, tokenizer) -> None:
-        super().__init__(tokenizer)
+    def __init__(self, tokenizer, python_blocks: bool) -> None:
+        self.tokenizer = tokenizer
+        self.python_blocks = python_blocks
         self._pieces: dict[int, str] = {}
 
-    async def extract_tool_calls(self, responses_ids: list[int], tools=None) -> tuple[str, list[FunctionCall]]:
-        text = self.tokenizer.decode(responses_ids)
-        calls = locate_calls(text, self.python_blocks)
-        function_calls = [FunctionCall(name=call.name, arguments=call.arguments) for call in calls]
-        return _without(text, calls), function_calls
-
-    def find_call_start(self, response_ids: Sequence[int]) -> int | None:
+    def find(self, response_ids: Sequence[int]) -> int | None:
         """Index in `response_ids` of the token holding the first character of the first call, or None."""
         pieces = [self._piece(token_id) for token_id in response_ids]
         calls = locate_calls("".join(pieces), self.python_blocks)
@@ -175,8 +165,3 @@ class LenientToolParser(ToolParser):
         if piece is None:
             piece = self._pieces[token_id] = self.tokenizer.decode([token_id])
         return piece
-
-
-@ToolParser.register("cleaner_lenient_json")
-class LenientJsonToolParser(LenientToolParser):
-    python_blocks = False

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from pathlib import Path
 
 import pytest
 
+from cleaner.resources import TOOL_CONFIG, resource_path
 from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, OutcomeKind, ToolOutcome
-from cleaner.tools.code_interpreter import CodeInterpreterTool
 from cleaner.tools.judge_client import JudgeClientConfig, shared_judge_client
+from cleaner.verl.code_interpreter_tool import CodeInterpreterTool
 
-TOOL_YAML = Path(__file__).resolve().parents[2] / "recipe" / "cleaner" / "config" / "python_tool.yaml"
+TOOL_YAML = resource_path(TOOL_CONFIG)
 
 
 def make_tool(url: str, **config) -> CodeInterpreterTool:
@@ -43,9 +43,13 @@ async def test_name_error_is_reported_at_the_models_line(judge_url):
     text, outcome = await call(tool, {"code": "a = 1\nprint(a)\nprint(b)\n"})
     assert client.stats.http_requests - requests_before == 1  # a model error is never retried
     assert (outcome.kind, outcome.category, outcome.exception_type) == (
-        OutcomeKind.MODEL_ERROR, ErrorCategory.EXCEPTION, "NameError")
-    assert text == ("Tool call failure\nreason: \nstdout: 1\n\n"
-                    "stderr: NameError at line 3: name 'b' is not defined\n    print(b)")
+        OutcomeKind.MODEL_ERROR,
+        ErrorCategory.EXCEPTION,
+        "NameError",
+    )
+    assert text == (
+        "Tool call failure\nreason: \nstdout: 1\n\nstderr: NameError at line 3: name 'b' is not defined\n    print(b)"
+    )
 
 
 async def test_syntax_error(judge_url):
@@ -63,7 +67,9 @@ async def test_nonzero_exit_without_exception(judge_url):
 
 async def test_timeout_is_a_model_error(judge_url):
     # Sleeping (not spinning) keeps the shared CI cores free while the judge's wall-time limit fires.
-    text, outcome = await call(make_tool(judge_url), {"code": "import time\nprint('started', flush=True)\ntime.sleep(120)"})
+    text, outcome = await call(
+        make_tool(judge_url), {"code": "import time\nprint('started', flush=True)\ntime.sleep(120)"}
+    )
     assert (outcome.kind, outcome.category) == (OutcomeKind.MODEL_ERROR, ErrorCategory.TIMEOUT)
     assert text.startswith("Tool call failure\nreason: worker_timeout\nstdout: started\n")
 

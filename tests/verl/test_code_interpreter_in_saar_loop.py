@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import socket
 
-from cleaner.agent_loop import CleanerToolAgentLoop
-from cleaner.scripted_llm import (
+from cleaner.verl.agent_loop import CleanerToolAgentLoop
+from cleaner.verl.code_interpreter_tool import CodeInterpreterTool
+from support.scripted_llm import (
     ScriptedLLMServer,
     agent_loop_config,
     build_agent_loop,
     tool_call_text,
     training_sampling_params,
 )
-from cleaner.tools.code_interpreter import CodeInterpreterTool
 
 FINAL = "The total is \\boxed{45}."
 
@@ -37,7 +37,9 @@ async def test_name_error_is_rolled_back_out_of_the_trajectory(qwen3_tokenizer, 
     failing = "values = range(10)\nprint(sum(valuez))"
     fixed = "values = range(10)\nprint(sum(values))"
     output, response = await run_trajectory(
-        qwen3_tokenizer, tool, "ROLLBACK",
+        qwen3_tokenizer,
+        tool,
+        "ROLLBACK",
         [f"Let me add them.\n{tool_call_text(failing)}", f"Let me add them.\n{tool_call_text(fixed)}", FINAL],
     )
     extra = output.extra_fields
@@ -66,8 +68,12 @@ async def test_infra_outage_is_kept_and_marked_not_rolled_back(qwen3_tokenizer):
 async def test_python_block_runs_through_the_lenient_parser(qwen3_tokenizer, judge_url):
     tool = CodeInterpreterTool({"type": "native", "judge_url": judge_url})
     output, response = await run_trajectory(
-        qwen3_tokenizer, tool, "LENIENT", ["Let me add them.\n```python\nsum(range(10))\n```", FINAL],
-        enable_tool_rollback=False, format="cleaner_lenient",
+        qwen3_tokenizer,
+        tool,
+        "LENIENT",
+        ["Let me add them.\n```python\nsum(range(10))\n```", FINAL],
+        enable_tool_rollback=False,
+        format="cleaner_lenient",
     )
     assert "Tool call success\nstdout: 45" in response
     assert output.extra_fields["saar_tool_calls"] == 1

@@ -5,7 +5,7 @@ function's `extra_info`; the DAPO manager (overlong buffer, used by every CLEANE
 this one with
     reward.reward_manager.source=importlib
     reward.reward_manager.name=CleanerDAPORewardManager
-    reward.reward_manager.module.path=pkg://cleaner.rewards.manager
+    reward.reward_manager.module.path=pkg://cleaner.verl.reward_manager
 so `compute_score` can copy the statistics into its result, and verl's validation dumps carry them.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.dapo import DAPORewardManager
 
@@ -31,5 +30,9 @@ def with_tool_extra_fields(data: DataProto) -> DataProto:
         return data
     extra_info = data.non_tensor_batch.get("extra_info")
     merged = np.empty(len(tool_extra_fields), dtype=object)
-    merged[:] = [{**(extra_info[i] if extra_info is not None else {}), **fields} for i, fields in enumerate(tool_extra_fields)]
-    return DataProto(batch=data.batch, non_tensor_batch={**data.non_tensor_batch, "extra_info": merged}, meta_info=data.meta_info)
+    merged[:] = [
+        {**(extra_info[i] if extra_info is not None else {}), **fields} for i, fields in enumerate(tool_extra_fields)
+    ]
+    return DataProto(
+        batch=data.batch, non_tensor_batch={**data.non_tensor_batch, "extra_info": merged}, meta_info=data.meta_info
+    )

@@ -1,4 +1,4 @@
-"""A scripted stand-in for verl's LLM server client: replays chosen token ids and log-probs.
+"""Test support: a scripted stand-in for verl's LLM server client: replays chosen token ids and log-probs.
 
 It implements the one method verl's agent loops call, `generate(request_id, *, prompt_ids,
 sampling_params, **kw) -> TokenOutput`, so the real `ToolAgentLoop` machinery (and `AgentLoopWorker`)
@@ -11,8 +11,19 @@ exactly what the model saw and which tokens it sampled.
 from __future__ import annotations
 
 import asyncio
+import json
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.workers.rollout.replica import TokenOutput
+
+from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, TOOL_OUTCOME_KEY, ErrorCategory, OutcomeKind, ToolOutcome
 
 
 @dataclass(frozen=True)
@@ -107,8 +118,6 @@ class ScriptedLLMServer:
         return cursor
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
-        from verl.workers.rollout.replica import TokenOutput
-
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         cursor = self._bind(request_id, prompt_ids)
@@ -154,8 +163,6 @@ INFRA_TEXT = "Error: the execution service is unavailable."
 
 def scripted_outcome(code: str):
     """The `ToolOutcome` a scripted call's code asks for (see OUTCOME_DIRECTIVE)."""
-    from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, ErrorCategory, ToolOutcome
-
     for line in code.splitlines():
         line = line.strip()
         if not line.startswith(OUTCOME_DIRECTIVE):
@@ -176,10 +183,6 @@ def scripted_outcome(code: str):
 
 def scripted_tool_text(code: str, outcome) -> str:
     """What the scripted tool prints: distinct per code, so tests can find it in a trajectory."""
-    from cleaner.saar.outcome import OutcomeKind
-
-    import zlib
-
     tag = f"{zlib.crc32(code.encode()):08x}"
     if outcome.kind is OutcomeKind.OK:
         return f"stdout: result-{tag}"
@@ -189,33 +192,8 @@ def scripted_tool_text(code: str, outcome) -> str:
     return f"Traceback (most recent call last):\n{name}: scripted failure err-{tag}"
 
 
-def scripted_python_tool(name: str = "code_interpreter"):
-    """A verl `BaseTool` that runs nothing: each call reports the outcome its code declares.
-
-    Its `calls` list records every executed code, in order.
-    """
-    from verl.tools.base_tool import BaseTool
-    from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-
-    from cleaner.saar.outcome import TOOL_OUTCOME_KEY
-
-    class ScriptedPythonTool(BaseTool):
-        def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema):
-            super().__init__(config, tool_schema)
-            self.calls: list[str] = []
-
-        async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any):
-            code = parameters.get("code")
-            if not isinstance(code, str):
-                from cleaner.saar.outcome import ErrorCategory, ToolOutcome
-
-                outcome = ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail="missing code")
-                return ToolResponse(text="Error: missing `code`."), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
-            self.calls.append(code)
-            outcome = scripted_outcome(code)
-            return ToolResponse(text=scripted_tool_text(code, outcome)), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
-
-    schema = OpenAIFunctionToolSchema.model_validate(
+def scripted_tool_schema(name: str = "code_interpreter") -> OpenAIFunctionToolSchema:
+    return OpenAIFunctionToolSchema.model_validate(
         {
             "type": "function",
             "function": {
@@ -229,13 +207,35 @@ def scripted_python_tool(name: str = "code_interpreter"):
             },
         }
     )
-    return ScriptedPythonTool({"type": "native"}, schema)
+
+
+class ScriptedPythonTool(BaseTool):
+    """A verl `BaseTool` that runs nothing: each call reports the outcome its code declares.
+
+    Loadable from a verl tool yaml (`class_name: support.scripted_llm.ScriptedPythonTool`). Its `calls` list
+    records every executed code, in order.
+    """
+
+    def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
+        super().__init__(config, tool_schema or scripted_tool_schema())
+        self.calls: list[str] = []
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any):
+        code = parameters.get("code")
+        if not isinstance(code, str):
+            outcome = ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail="missing code")
+            return ToolResponse(text="Error: missing `code`."), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
+        self.calls.append(code)
+        outcome = scripted_outcome(code)
+        return ToolResponse(text=scripted_tool_text(code, outcome)), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
+
+
+def scripted_python_tool(name: str = "code_interpreter") -> ScriptedPythonTool:
+    return ScriptedPythonTool({"type": "native"}, scripted_tool_schema(name))
 
 
 def tool_call_text(code: str, name: str = "code_interpreter") -> str:
     """A hermes `<tool_call>` block, as a Qwen model writes it."""
-    import json
-
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"code": code}}) + "\n</tool_call>"
 
 
@@ -275,9 +275,6 @@ def agent_loop_config(*, response_length: int = 4096, prompt_length: int = 2048,
 
 def build_agent_loop(loop_cls, config, server, tokenizer, tools: list, hf_model_type: str = "qwen3"):
     """Instantiate an agent loop the way verl's worker does (keyword arguments, wrapped config/tools)."""
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
-    from verl.utils.dataset.rl_dataset import RLHFDataset
-
     return loop_cls(
         trainer_config=DictConfigWrap(config),
         server_manager=server,
@@ -292,18 +289,36 @@ def build_agent_loop(loop_cls, config, server, tokenizer, tools: list, hf_model_
 
 def training_sampling_params(config) -> dict[str, Any]:
     rollout = config.actor_rollout_ref.rollout
-    return {"temperature": rollout.temperature, "top_p": rollout.top_p, "top_k": rollout.top_k, "repetition_penalty": 1.0, "logprobs": True}
+    return {
+        "temperature": rollout.temperature,
+        "top_p": rollout.top_p,
+        "top_k": rollout.top_k,
+        "repetition_penalty": 1.0,
+        "logprobs": True,
+    }
 
 
 def validation_sampling_params(config) -> dict[str, Any]:
     val = config.actor_rollout_ref.rollout.val_kwargs
-    return {"temperature": val.temperature, "top_p": val.top_p, "top_k": val.top_k, "repetition_penalty": 1.0, "logprobs": True}
+    return {
+        "temperature": val.temperature,
+        "top_p": val.top_p,
+        "top_k": val.top_k,
+        "repetition_penalty": 1.0,
+        "logprobs": True,
+    }
 
 
 # ---- checks on a finished trajectory --------------------------------------------------------------
 
 
-def unsampled_positions(server: ScriptedLLMServer, marker: str, response_ids: list[int], response_mask: list[int], response_logprobs: list[float]) -> list[int]:
+def unsampled_positions(
+    server: ScriptedLLMServer,
+    marker: str,
+    response_ids: list[int],
+    response_mask: list[int],
+    response_logprobs: list[float],
+) -> list[int]:
     """Response positions with mask 1 whose (token, log-prob) the server never emitted for this script.
 
     Scripted log-probs are unique per (turn, position), so each one names the exact token it belongs to.

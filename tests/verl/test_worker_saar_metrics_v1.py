@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import torch
 import transfer_queue
+from test_worker_saar_metrics import EXPECTED_TRAINING, SCRIPTS, LLMClient, model_dir, trainer_config  # noqa: F401
 from transfer_queue.metadata import KVBatchMeta
 from verl.utils import tensordict_utils as tu
 
-from cleaner import trainer_metrics
-from cleaner.agent_loop_manager import CleanerAgentLoopWorkerTQ
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
-from cleaner.scripted_llm import ScriptedLLMServer
-from test_worker_saar_metrics import EXPECTED_TRAINING, SCRIPTS, LLMClient, model_dir, trainer_config  # noqa: F401
+from cleaner.verl import trainer_metrics
+from cleaner.verl.agent_loop_manager import CleanerAgentLoopWorkerTQ
+from support.scripted_llm import ScriptedLLMServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -42,7 +42,9 @@ class InMemoryTransferQueue:
         rows = self.partitions.setdefault(partition_id, {})
         for index, key in enumerate(keys):
             rows[key] = {
-                name: column.tolist()[index] if hasattr(column, "tolist") and not isinstance(column, torch.Tensor) else column[index]
+                name: column.tolist()[index]
+                if hasattr(column, "tolist") and not isinstance(column, torch.Tensor)
+                else column[index]
                 for name, column in columns.items()
             }
             self.tags.setdefault(partition_id, {})[key] = tags[index]
@@ -71,7 +73,7 @@ def queue():
 
 
 @pytest.fixture(scope="module")
-def worker(queue, trainer_config, qwen3_tokenizer):
+def worker(queue, trainer_config, qwen3_tokenizer):  # noqa: F811  (the imported fixture)
     worker = CleanerAgentLoopWorkerTQ(trainer_config, llm_client=None)
     worker.llm_client = LLMClient(ScriptedLLMServer(qwen3_tokenizer, SCRIPTS))
     return worker
@@ -122,7 +124,9 @@ async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue):
     assert metrics["tool_calls/total"] == 8
 
     # padding entries that verl adds to fill a batch are not counted twice
-    padded = KVBatchMeta(keys=batch.keys, tags=[{**tag, "is_padding": i == 0} for i, tag in enumerate(batch.tags)], partition_id="train")
+    padded = KVBatchMeta(
+        keys=batch.keys, tags=[{**tag, "is_padding": i == 0} for i, tag in enumerate(batch.tags)], partition_id="train"
+    )
     metrics = {}
     hooked(object(), padded, metrics, {}, global_steps=1, epoch=0)
     assert metrics["rollback/trajectories"] == len(markers) - 1
@@ -153,7 +157,10 @@ async def test_v1_validation_reads_each_batch_before_the_trainer_clears_it(worke
 
 
 def test_fetch_extra_fields_reads_the_transfer_queue_format(queue):
-    rows = [{"saar_tool_calls": 2, "saar_rollback_events": [{"mode": "deep"}]}, {"saar_tool_calls": 0, "saar_rollback_events": []}]
+    rows = [
+        {"saar_tool_calls": 2, "saar_rollback_events": [{"mode": "deep"}]},
+        {"saar_tool_calls": 0, "saar_rollback_events": []},
+    ]
     fields = tu.list_of_dict_to_tensordict([{"extra_fields": row, "prompts": torch.tensor([1, 2])} for row in rows])
     asyncio.run(queue.async_kv_batch_put(keys=["a_0_0", "b_0_0"], fields=fields, tags=[{}, {}], partition_id="unit"))
     assert trainer_metrics.fetch_extra_fields(["a_0_0", "b_0_0"], "unit") == rows

@@ -115,4 +115,3 @@ def rows_from_columns(columns: Mapping[str, Sequence[Any]]) -> list[dict[str, An
         raise SaarStatsError(f"saar_* columns have different lengths: { {k: len(columns[k]) for k in present} }")
     (length,) = lengths
     return [{key: columns[key][index] for key in present} for index in range(length)]
-

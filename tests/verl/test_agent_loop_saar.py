@@ -8,10 +8,10 @@ import pytest
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
-from cleaner.agent_loop import AGENT_NAME, CleanerToolAgentLoop
 from cleaner.saar.config import SaarConfigError
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
-from cleaner.scripted_llm import (
+from cleaner.verl.agent_loop import AGENT_NAME, CleanerToolAgentLoop
+from support.scripted_llm import (
     INFRA_TEXT,
     ScriptedLLMServer,
     ScriptedTurn,
@@ -59,7 +59,9 @@ class Run:
         return tokenizer.decode(self.output.response_ids)
 
 
-async def run_loop(tokenizer, script, *, loop_cls=CleanerToolAgentLoop, sampling=None, tools=None, prompt=PROMPT, **overrides):
+async def run_loop(
+    tokenizer, script, *, loop_cls=CleanerToolAgentLoop, sampling=None, tools=None, prompt=PROMPT, **overrides
+):
     run_kwargs = overrides.pop("run_kwargs", {"index": 0})
     config_kwargs = {key: overrides.pop(key) for key in ("response_length", "prompt_length") if key in overrides}
     config = agent_loop_config(**config_kwargs, **{"enable_tool_rollback": True, **overrides})
@@ -67,7 +69,9 @@ async def run_loop(tokenizer, script, *, loop_cls=CleanerToolAgentLoop, sampling
     tools = tools if tools is not None else [scripted_python_tool()]
     loop = build_agent_loop(loop_cls, config, server, tokenizer, tools)
     params = sampling if sampling is not None else training_sampling_params(config)
-    output = await loop.run(params(config) if callable(params) else params, raw_prompt=prompt, tools_kwargs={}, extra_info={}, **run_kwargs)
+    output = await loop.run(
+        params(config) if callable(params) else params, raw_prompt=prompt, tools_kwargs={}, extra_info={}, **run_kwargs
+    )
     return Run(output, server, tools[0], loop)
 
 
@@ -94,7 +98,7 @@ def tool(text: str) -> dict:
 
 
 def test_registered_under_its_agent_name():
-    assert _agent_loop_registry[AGENT_NAME]["_target_"] == "cleaner.agent_loop.CleanerToolAgentLoop"
+    assert _agent_loop_registry[AGENT_NAME]["_target_"] == "cleaner.verl.agent_loop.CleanerToolAgentLoop"
 
 
 async def test_shallow_rollback_keeps_the_reasoning_and_replaces_only_the_call(qwen3_tokenizer):
@@ -129,9 +133,13 @@ async def test_shallow_rollback_keeps_the_reasoning_and_replaces_only_the_call(q
 async def test_rollback_without_log_probs(qwen3_tokenizer):
     """The paper's recipe runs with calculate_log_probs=False: the server returns no log-probs."""
     config = agent_loop_config(enable_tool_rollback=True)
-    server = ScriptedLLMServer(qwen3_tokenizer, {MARKER: [FIRST, turn("Fixing.", SIMILAR_FIX), ANSWER]}, with_log_probs=False)
+    server = ScriptedLLMServer(
+        qwen3_tokenizer, {MARKER: [FIRST, turn("Fixing.", SIMILAR_FIX), ANSWER]}, with_log_probs=False
+    )
     loop = build_agent_loop(CleanerToolAgentLoop, config, server, qwen3_tokenizer, [scripted_python_tool()])
-    output = await loop.run(training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0)
+    output = await loop.run(
+        training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0
+    )
     assert output.response_logprobs is None and len(output.response_mask) == len(output.response_ids)
     assert output.extra_fields["saar_rollbacks_shallow"] == 1
     purified = turn("I will sum with Python.", SIMILAR_FIX, "Let me run it.\n")
@@ -158,7 +166,9 @@ async def test_deep_replacement_that_mentions_the_hidden_error_is_counted(qwen3_
 
 async def test_similarity_measure_and_threshold_are_configurable(qwen3_tokenizer):
     retry = turn("Fixing.", SIMILAR_FIX)
-    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], rollback_similarity="token", rollback_similarity_threshold=0.99)
+    run = await run_loop(
+        qwen3_tokenizer, [FIRST, retry, ANSWER], rollback_similarity="token", rollback_similarity_threshold=0.99
+    )
     assert run.fields["saar_rollbacks_deep"] == 1
     assert_consistent(run, qwen3_tokenizer, [assistant(retry), tool(tool_text(SIMILAR_FIX)), assistant(ANSWER)])
 
@@ -180,7 +190,9 @@ async def test_k_exhausted_keeps_the_whole_failed_chain(qwen3_tokenizer):
     follow_up = turn("Let me think without tools.", None, "The total is \\boxed{55}.")
     run = await run_loop(qwen3_tokenizer, [*attempts, follow_up], max_tool_retries=2)
     conversation = []
-    for attempt, code in zip(attempts, [FAILED, "print(v0)\n# outcome: exception NameError", "print(v1)\n# outcome: exception NameError"]):
+    for attempt, code in zip(
+        attempts, [FAILED, "print(v0)\n# outcome: exception NameError", "print(v1)\n# outcome: exception NameError"]
+    ):
         conversation += [assistant(attempt), tool(tool_text(code))]
     assert_consistent(run, qwen3_tokenizer, conversation + [assistant(follow_up)])
     f = run.fields
@@ -190,7 +202,13 @@ async def test_k_exhausted_keeps_the_whole_failed_chain(qwen3_tokenizer):
 
 
 async def test_failure_after_exhaustion_at_a_later_position_gets_its_own_budget(qwen3_tokenizer):
-    script = [FIRST, turn("again", "print(q)\n# outcome: exception NameError"), turn("new step", "x = 1\n# outcome: syntax_error SyntaxError"), turn("fixed", "x = 1"), ANSWER]
+    script = [
+        FIRST,
+        turn("again", "print(q)\n# outcome: exception NameError"),
+        turn("new step", "x = 1\n# outcome: syntax_error SyntaxError"),
+        turn("fixed", "x = 1"),
+        ANSWER,
+    ]
     run = await run_loop(qwen3_tokenizer, script, max_tool_retries=1)
     f = run.fields
     assert (f["saar_rollbacks_triggered"], f["saar_rollbacks_failed"], f["saar_rollbacks_recovered"]) == (2, 1, 1)
@@ -261,7 +279,7 @@ async def test_infra_errors_are_shown_as_the_tools_text_counted_and_never_rolled
 
 
 async def test_unparsable_call_is_a_bad_call_and_rolled_back(qwen3_tokenizer):
-    broken = "<think>\nGo.\n</think>\n\n<tool_call>\n{\"name\": \"code_interpreter\", \"arguments\": {\"code\": \"print(1)\"\n</tool_call>"
+    broken = '<think>\nGo.\n</think>\n\n<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(1)"\n</tool_call>'
     fix = turn("Go.", "print(1)")
     run = await run_loop(qwen3_tokenizer, [broken, fix, ANSWER])
     assert_consistent(run, qwen3_tokenizer, [assistant(fix), tool(tool_text("print(1)")), assistant(ANSWER)])
@@ -270,8 +288,16 @@ async def test_unparsable_call_is_a_bad_call_and_rolled_back(qwen3_tokenizer):
 
 
 async def test_unknown_tool_and_non_object_arguments_are_bad_calls(qwen3_tokenizer):
-    unknown = "<think>\nGo.\n</think>\n\n<tool_call>\n" + json.dumps({"name": "shell", "arguments": {"cmd": "ls"}}) + "\n</tool_call>"
-    not_object = "<think>\nGo.\n</think>\n\n<tool_call>\n" + json.dumps({"name": "code_interpreter", "arguments": "print(1)"}) + "\n</tool_call>"
+    unknown = (
+        "<think>\nGo.\n</think>\n\n<tool_call>\n"
+        + json.dumps({"name": "shell", "arguments": {"cmd": "ls"}})
+        + "\n</tool_call>"
+    )
+    not_object = (
+        "<think>\nGo.\n</think>\n\n<tool_call>\n"
+        + json.dumps({"name": "code_interpreter", "arguments": "print(1)"})
+        + "\n</tool_call>"
+    )
     fix = turn("Go.", "print(1)")
     run = await run_loop(qwen3_tokenizer, [unknown, not_object, fix, ANSWER])
     assert run.fields["saar_fail_bad_call"] == 2 and run.fields["saar_rollbacks_recovered"] == 1
@@ -307,7 +333,13 @@ async def test_probability_zero_keeps_errors_and_one_purifies(qwen3_tokenizer, p
     run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], rollback_probability=probability)
     assert run.fields["saar_rollback_enabled"] == int(probability)
     if probability == 0.0:
-        conversation = [assistant(FIRST), tool(tool_text(FAILED)), assistant(retry), tool(tool_text(OTHER_FIX)), assistant(ANSWER)]
+        conversation = [
+            assistant(FIRST),
+            tool(tool_text(FAILED)),
+            assistant(retry),
+            tool(tool_text(OTHER_FIX)),
+            assistant(ANSWER),
+        ]
         assert run.fields["saar_rollbacks_triggered"] == 0 and run.fields["saar_first_attempt_calls"] == 2
     else:
         conversation = [assistant(retry), tool(tool_text(OTHER_FIX)), assistant(ANSWER)]
@@ -316,7 +348,9 @@ async def test_probability_zero_keeps_errors_and_one_purifies(qwen3_tokenizer, p
 
 async def test_gate_is_drawn_once_per_trajectory_reproducibly(qwen3_tokenizer):
     async def gates(**run_kwargs):
-        run = await run_loop(qwen3_tokenizer, [ANSWER], rollback_probability=0.5, rollback_seed=11, run_kwargs=run_kwargs)
+        run = await run_loop(
+            qwen3_tokenizer, [ANSWER], rollback_probability=0.5, rollback_seed=11, run_kwargs=run_kwargs
+        )
         return run.fields["saar_rollback_enabled"]
 
     first = [await gates(index=i, session_id=0) for i in range(24)]
@@ -330,7 +364,9 @@ async def test_validation_runs_without_rollback_unless_enabled(qwen3_tokenizer):
     retry = turn("Fixing.", OTHER_FIX)
     run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], sampling=validation_sampling_params)
     assert run.fields["saar_rollback_enabled"] == 0 and run.fields["saar_rollbacks_triggered"] == 0
-    run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], sampling=validation_sampling_params, rollback_in_validation=True)
+    run = await run_loop(
+        qwen3_tokenizer, [FIRST, retry, ANSWER], sampling=validation_sampling_params, rollback_in_validation=True
+    )
     assert run.fields["saar_rollbacks_recovered"] == 1
     run = await run_loop(qwen3_tokenizer, [FIRST, retry, ANSWER], run_kwargs={"index": 0, "validate": True})
     assert run.fields["saar_rollback_enabled"] == 0
@@ -339,13 +375,19 @@ async def test_validation_runs_without_rollback_unless_enabled(qwen3_tokenizer):
 async def test_ambiguous_validation_sampling_is_a_config_error(qwen3_tokenizer):
     config = agent_loop_config(enable_tool_rollback=True)
     config.actor_rollout_ref.rollout.val_kwargs.top_p = 1.0
-    loop = build_agent_loop(CleanerToolAgentLoop, config, ScriptedLLMServer(qwen3_tokenizer, {MARKER: [ANSWER]}), qwen3_tokenizer, [scripted_python_tool()])
+    loop = build_agent_loop(
+        CleanerToolAgentLoop,
+        config,
+        ScriptedLLMServer(qwen3_tokenizer, {MARKER: [ANSWER]}),
+        qwen3_tokenizer,
+        [scripted_python_tool()],
+    )
     with pytest.raises(SaarConfigError, match="cannot tell validation from training"):
         await loop.run(training_sampling_params(config), raw_prompt=PROMPT, tools_kwargs={}, extra_info={}, index=0)
 
 
 async def test_parser_with_its_own_call_boundary_supports_fenced_python_calls(qwen3_tokenizer):
-    import cleaner.tools.tool_parser  # noqa: F401  (registers the cleaner_lenient parser)
+    import cleaner.verl.tool_parser  # noqa: F401  (registers the cleaner_lenient parser)
 
     def fenced(reasoning, code, prose):
         return f"<think>\n{reasoning}\n</think>\n\n{prose}\n```python\n{code}\n```"
@@ -375,4 +417,9 @@ async def test_rollback_off_matches_the_stock_tool_agent_token_for_token(qwen3_t
         assert getattr(ours.output, name) == getattr(stock.output, name), name
     f = ours.fields
     assert tuple(key for key in f if key.startswith("saar_")) == EXTRA_FIELD_KEYS
-    assert (f["saar_rollback_enabled"], f["saar_tool_calls"], f["saar_first_attempt_successes"], f["saar_fail_exception"]) == (0, 2, 1, 1)
+    assert (
+        f["saar_rollback_enabled"],
+        f["saar_tool_calls"],
+        f["saar_first_attempt_successes"],
+        f["saar_fail_exception"],
+    ) == (0, 2, 1, 1)

@@ -1,0 +1,76 @@
+"""The agent-loop manager to name in `actor_rollout_ref.rollout.agent.agent_loop_manager_class`.
+
+verl constructs the manager in the trainer's own process, with `Manager.create(config=..., ...)`, in both
+the legacy and the v1 trainer (one config key for both, though each needs a different base class). So
+`CleanerAgentLoopManager.create` is the opt-in point that
+- installs the trainer hooks that log `rollback/*` and `tool_calls/*` (cleaner.verl.trainer_metrics),
+- checks that the cleaner agent loop is registered, raising `PluginError` with the cause if not,
+- returns verl's own manager for the running trainer, with agent-loop workers that repeat that
+  check in their own (Ray actor) process before running any trajectory.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+from omegaconf import DictConfig
+from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
+
+from cleaner.saar.config import VALIDATE_FLAG_KEY
+from cleaner.verl import trainer_metrics
+from cleaner.verl.plugin import require_registered
+
+logger = logging.getLogger(__name__)
+
+
+class _ValidateFlagMixin:
+    """Hands verl's per-trajectory validate flag to the agent loop (verl passes it to no agent loop)."""
+
+    async def _run_agent_loop(self, sampling_params: dict[str, Any], trajectory: dict[str, Any], **kwargs: Any):
+        flagged = {**sampling_params, VALIDATE_FLAG_KEY: bool(trajectory["validate"])}
+        return await super()._run_agent_loop(flagged, trajectory, **kwargs)
+
+
+class CleanerAgentLoopWorker(_ValidateFlagMixin, AgentLoopWorker):
+    """verl's agent-loop worker (legacy trainer) that fails at start-up if the cleaner loop is not registered."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        require_registered()
+        super().__init__(*args, **kwargs)
+
+
+class CleanerAgentLoopWorkerTQ(_ValidateFlagMixin, AgentLoopWorkerTQ.__ray_actor_class__):
+    """The same check for the v1 trainer's TransferQueue worker (verl ships that one already ray.remote'd)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        require_registered()
+        super().__init__(*args, **kwargs)
+
+
+class _LegacyManager(AgentLoopManager):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.agent_loop_workers_class = ray.remote(CleanerAgentLoopWorker)
+        super().__init__(*args, **kwargs)
+
+
+class _TransferQueueManager(AgentLoopManagerTQ):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # AgentLoopManagerTQ sets its worker class before calling up; the workers are started later.
+        self.agent_loop_workers_class = ray.remote(CleanerAgentLoopWorkerTQ)
+
+
+class CleanerAgentLoopManager:
+    """Picks verl's manager for the running trainer (`trainer.use_v1`) after installing the cleaner hooks."""
+
+    @classmethod
+    def create(cls, config: DictConfig, *args: Any, **kwargs: Any) -> AgentLoopManager:
+        require_registered()
+        trainer_metrics.install()
+        use_v1 = bool(config.trainer.get("use_v1", True))
+        manager_class = _TransferQueueManager if use_v1 else _LegacyManager
+        logger.info("cleaner: agent-loop manager %s (trainer.use_v1=%s)", manager_class.__qualname__, use_v1)
+        return manager_class.create(config, *args, **kwargs)

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests and benchmarks (not shipped with the package)."""
