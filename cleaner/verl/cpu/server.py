@@ -1,0 +1,227 @@
+"""The CPU rollout server: verl's token-in/token-out `generate()` over a transformers model, one Ray actor.
+
+verl's agent loops call `await server.generate.remote(request_id=, prompt_ids=, sampling_params=, ...)`
+concurrently (one call per turn of every trajectory). Calls that arrive while a batch is running wait and
+go into the next batch together (`generation.generate_batch`), so concurrent trajectories share forward
+passes. `update_weights` replaces the weights between batches: the trainer pushes the actor's weights
+through verl's weight-sync path after every step, so every batch samples from the current policy.
+
+The sleep/wake/KV-cache calls of verl's replica protocol have no CPU meaning (no device memory to free)
+and return at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+import torch
+from verl.workers.rollout.replica import TokenOutput
+
+from .generation import FINISH_STOP, SamplingRequest, generate_batch
+
+logger = logging.getLogger(__name__)
+
+# Sampling keys verl's agent loops send that this server honours, beyond the ones mapped to SamplingRequest.
+_ACCEPTED_AND_IGNORED = {"logprobs"}
+ENGINE_KWARGS_KEY = "cleaner_cpu"
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def rollout_dtype(name: str) -> torch.dtype:
+    """The torch dtype for `rollout.dtype`; float16 has no fast CPU kernels, so it is refused."""
+    try:
+        return _DTYPES[str(name).lower()]
+    except KeyError:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.dtype={name!r} is not usable on CPU: use float32 (or bfloat16)"
+        ) from None
+
+
+def sampling_request(
+    prompt_ids: list[int],
+    sampling_params: dict[str, Any],
+    prompt_length: int,
+    response_length: int,
+    eos_ids: set[int],
+    max_new_tokens: int | None = None,
+) -> SamplingRequest:
+    """Map verl's sampling_params (vLLM names) to a SamplingRequest; unknown keys are an error, not ignored.
+
+    `max_new_tokens` (engine_kwargs.cleaner_cpu.max_new_tokens) caps every turn: verl's agent loops send no
+    per-turn limit, and on CPU a short turn budget is what keeps a multi-turn step affordable."""
+    params = dict(sampling_params)
+    max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", None))
+    if max_tokens is None:
+        # As verl's vLLM server: cap by response_length and by what is left of prompt + response length.
+        max_tokens = min(response_length, prompt_length + response_length - len(prompt_ids))
+    if max_new_tokens is not None:
+        max_tokens = min(max_tokens, max_new_tokens)
+    max_tokens = max(1, int(max_tokens))
+    stop_ids = set(params.pop("stop_token_ids", None) or ())
+    if not params.pop("ignore_eos", False):
+        stop_ids |= eos_ids
+    repetition_penalty = float(params.pop("repetition_penalty", 1.0))
+    if repetition_penalty != 1.0:
+        raise ValueError(f"repetition_penalty={repetition_penalty} is not supported by the CPU rollout (use 1.0)")
+    top_k = params.pop("top_k", -1)
+    request = SamplingRequest(
+        prompt_ids=list(prompt_ids),
+        max_tokens=max_tokens,
+        temperature=float(params.pop("temperature", 1.0)),
+        top_p=float(params.pop("top_p", 1.0)),
+        top_k=-1 if top_k is None else int(top_k),
+        stop_token_ids=frozenset(stop_ids),
+        seed=params.pop("seed", None),
+    )
+    unknown = set(params) - _ACCEPTED_AND_IGNORED
+    if unknown:
+        raise ValueError(f"CPU rollout: unsupported sampling parameters {sorted(unknown)}")
+    return request
+
+
+class CpuGenerationServer:
+    """Generation server of one CPU rollout replica (wrapped with `ray.remote` by the replica)."""
+
+    def __init__(self, config: Any, model_config: Any, replica_rank: int, max_batch_size: int) -> None:
+        self.config = config
+        self.model_config = model_config
+        self.replica_rank = replica_rank
+        self.max_batch_size = max_batch_size
+        engine_kwargs = dict(getattr(config, "engine_kwargs", None) or {}).get(ENGINE_KWARGS_KEY) or {}
+        unknown = set(engine_kwargs) - {"max_new_tokens"}
+        if unknown:
+            raise ValueError(f"engine_kwargs.{ENGINE_KWARGS_KEY}: unknown keys {sorted(unknown)} (known: max_new_tokens)")
+        self.max_new_tokens = engine_kwargs.get("max_new_tokens")
+        self.model: torch.nn.Module | None = None
+        self.weights_step: int | None = None
+        self._pending: list[tuple[SamplingRequest, asyncio.Future]] = []
+        self._model_lock = asyncio.Lock()
+        self._batch_task: asyncio.Task | None = None
+        self._rng = torch.Generator().manual_seed(int(getattr(config, "seed", 0)) + replica_rank)
+        self._eos_ids: set[int] = set()
+        self.stats = {"batches": 0, "requests": 0, "generated_tokens": 0, "generate_seconds": 0.0, "weight_syncs": 0}
+
+    async def launch(self) -> None:
+        """Load the model from `model.path` (the trainer then overwrites its weights before the first rollout)."""
+        from transformers import AutoModelForCausalLM, GenerationConfig
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
+        self.model_config = omega_conf_to_dataclass(self.model_config, dataclass_type=HFModelConfig)
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+        path = self.model_config.local_path
+        dtype = rollout_dtype(self.config.dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+        tokenizer = self.model_config.tokenizer
+        eos = {tokenizer.eos_token_id}
+        try:
+            generation_eos = GenerationConfig.from_pretrained(path).eos_token_id
+        except OSError:
+            generation_eos = None
+        if generation_eos is not None:
+            eos |= set(generation_eos) if isinstance(generation_eos, list) else {generation_eos}
+        self._eos_ids = {token for token in eos if token is not None}
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos_ids)
+        logger.info("CPU rollout replica %d: %s loaded as %s", self.replica_rank, path, dtype)
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: Any = None,
+        video_data: Any = None,
+        audio_data: Any = None,
+        mm_processor_kwargs: Any = None,
+        **_routing: Any,
+    ) -> TokenOutput:
+        if image_data or video_data or audio_data:
+            raise ValueError("the CPU rollout is text-only: image, video and audio inputs are not supported")
+        request = sampling_request(
+            prompt_ids,
+            sampling_params,
+            self.config.prompt_length,
+            self.config.response_length,
+            self._eos_ids,
+            self.max_new_tokens,
+        )
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        if self._batch_task is None or self._batch_task.done():
+            self._batch_task = asyncio.create_task(self._run_batches())
+        result = await future
+        return TokenOutput(
+            token_ids=result.token_ids,
+            log_probs=result.log_probs,
+            stop_reason="completed" if result.finish_reason == FINISH_STOP else None,
+            extra_fields={"global_steps": self.weights_step},
+        )
+
+    async def _run_batches(self) -> None:
+        while self._pending:
+            # Let the calls issued in the same event-loop turn (a wave of agent-loop turns) join this batch.
+            await asyncio.sleep(0.01)
+            batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size :]
+            async with self._model_lock:
+                started = time.perf_counter()
+                try:
+                    results = await asyncio.to_thread(
+                        generate_batch, self.model, [request for request, _ in batch], self._pad_id, self._rng
+                    )
+                except Exception as exc:  # every waiting caller gets the failure, none hangs
+                    for _, future in batch:
+                        future.set_exception(exc)
+                    continue
+                self.stats["generate_seconds"] += time.perf_counter() - started
+            self.stats["batches"] += 1
+            self.stats["requests"] += len(batch)
+            for (_, future), result in zip(batch, results, strict=True):
+                self.stats["generated_tokens"] += len(result.token_ids)
+                future.set_result(result)
+
+    async def update_weights(self, weights: dict[str, torch.Tensor], global_steps: int | None) -> None:
+        """Copy the actor's weights into the model (after any running batch); names are HF parameter names."""
+        async with self._model_lock:
+            state = self.model.state_dict()
+            unknown = sorted(set(weights) - set(state))
+            if unknown:
+                raise KeyError(f"CPU rollout: the actor sent weights the rollout model does not have: {unknown[:5]}")
+            with torch.no_grad():
+                for name, tensor in weights.items():
+                    state[name].copy_(tensor)
+            self.weights_step = global_steps
+            self.stats["weight_syncs"] += 1
+
+    async def get_stats(self) -> dict[str, Any]:
+        return {**self.stats, "weights_step": self.weights_step}
+
+    async def sleep(self) -> None:
+        return None
+
+    async def wake_up(self) -> None:
+        return None
+
+    async def clear_kv_cache(self) -> None:
+        return None
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
+        return {"aborted_count": 0, "request_ids": []}
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def start_profile(self, **kwargs: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None

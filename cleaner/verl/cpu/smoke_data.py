@@ -1,0 +1,49 @@
+"""Train and validation parquet files for the CPU smoke run, from the bundled demo problems.
+
+The bundled problems (`cleaner/resources/demo_problems.jsonl`) are already verl RLHF rows with
+`agent_name=cleaner_tool_agent`; they are read and checked by the same loader `cleaner rollout` uses
+(`cleaner.rollout.problems.load_problems`) and written with the data package's parquet writer.
+Usage: `python -m cleaner.verl.cpu.smoke_data OUT_DIR [--val-count N]` prints the two paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cleaner.data.records import read_rows, write_parquet
+from cleaner.resources import DEMO_PROBLEMS, resource_path
+from cleaner.rollout.problems import load_problems
+
+
+def write_smoke_data(out_dir: Path, val_count: int) -> tuple[Path, Path]:
+    """All bundled problems as the train file, the first `val_count` of them as the validation file."""
+    source = resource_path(DEMO_PROBLEMS)
+    load_problems(source)  # the rollout loader's checks: required columns, chat prompts, unique ids
+    rows = read_rows(source)
+    if not 0 < val_count <= len(rows):
+        raise ValueError(f"--val-count must be between 1 and {len(rows)}, got {val_count}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    train, val = out_dir / "train.parquet", out_dir / "val.parquet"
+    write_parquet(rows, train)
+    write_parquet(rows[:val_count], val)
+    return train, val
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cleaner.verl.cpu.smoke_data", description=__doc__)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--val-count", type=int, default=2)
+    args = parser.parse_args(argv)
+    try:
+        paths = write_smoke_data(args.out_dir, args.val_count)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(*paths)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# CLEANER on a CPU-only machine: verl's own trainer (python -m verl.trainer.main_ppo) with GRPO + SAAR on the
+# bundled demo problems, the `cpu` platform and the `cleaner_cpu` rollout backend (docs/train-cpu.md).
+# It starts a code-judge on a free port (unless JUDGE_URL is set), writes the train/val parquet files, runs
+# 2 training steps with a validation pass and a checkpoint after step 2, and stops what it started.
+# Everything goes to $OUTPUT_DIR (default train-cpu-output/). Extra arguments are Hydra overrides
+# (e.g. trainer.resume_mode=auto trainer.total_training_steps=3 to resume for one more step).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+: "${PYTHON:=$ROOT/.venv/bin/python}"
+: "${EXPERIMENT_NAME:=cpu-smoke}"
+: "${OUTPUT_DIR:=$ROOT/train-cpu-output}"
+: "${MODEL_PATH:?set MODEL_PATH to a Hugging Face model directory (make train-cpu builds the 0.5B one)}"
+: "${RAY_NUM_CPUS:=2}"
+: "${TOTAL_TRAINING_STEPS:=2}"
+: "${ROLLOUT_BACKEND:=cleaner_cpu}"
+: "${TRAINER_USE_V1:=False}"
+# Small GRPO: 2 prompts x 4 rollouts per step, short responses, few turns.
+: "${TRAIN_BATCH_SIZE:=2}"
+: "${ROLLOUT_N:=4}"
+: "${PPO_MINI_BATCH_SIZE:=2}"
+: "${MAX_PROMPT_LENGTH:=512}"
+: "${MAX_RESPONSE_LENGTH:=768}"
+: "${MAX_NEW_TOKENS:=192}"
+: "${MAX_TURNS:=3}"
+: "${TOOL_FORMAT:=cleaner_lenient}"
+: "${ACTOR_LR:=1e-6}"
+: "${LR_WARMUP_STEPS:=0}"
+: "${ENABLE_TOOL_ROLLBACK:=True}"
+: "${CALCULATE_LOG_PROBS:=False}"
+: "${ROLLOUT_IS:=null}"
+: "${OVERLONG_BUFFER_LEN:=128}"
+: "${VAL_N:=1}"
+: "${VAL_COUNT:=2}"
+: "${SAVE_FREQ:=$TOTAL_TRAINING_STEPS}"
+: "${TEST_FREQ:=$TOTAL_TRAINING_STEPS}"
+: "${N_GPUS_PER_NODE:=1}"
+: "${OFFLOAD:=False}"
+: "${DTYPE:=float32}"
+: "${LOGGER:=[console,file]}"
+JUDGE_URL_GIVEN="${JUDGE_URL:-}"
+# shellcheck source=recipe/cleaner/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+export VERL_PLATFORM=cpu
+export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-cleaner.verl.cpu.plugin}"
+export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$OUTPUT_DIR/metrics.jsonl}"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PATH="$ROOT/.venv/bin:$PATH"
+
+STARTED_JUDGE_PID=""
+RAY_TMP="$OUTPUT_DIR/ray"
+cpu_smoke_cleanup() {
+    local status=$?
+    if [[ -n "$STARTED_JUDGE_PID" ]]; then
+        kill "$STARTED_JUDGE_PID" 2>/dev/null || true
+        wait "$STARTED_JUDGE_PID" 2>/dev/null || true
+    fi
+    # The trainer stops its own Ray cluster on a normal exit; after a failure, stop the one it started here.
+    if [[ -d "$RAY_TMP" ]]; then
+        "$PYTHON" -m cleaner.verl.cpu.ray_cleanup "$RAY_TMP" || true
+    fi
+    exit "$status"
+}
+trap cpu_smoke_cleanup EXIT
+trap 'exit 130' INT TERM
+
+if cleaner_launching; then
+    "$PYTHON" -m cleaner.models check "$MODEL_PATH" >/dev/null
+    mkdir -p "$OUTPUT_DIR"
+    if [[ -z "$JUDGE_URL_GIVEN" ]]; then
+        judge_port="$("$PYTHON" -c 'from code_judge.local import free_port; print(free_port())')"
+        JUDGE_URL="http://127.0.0.1:$judge_port"
+        "$PYTHON" -m code_judge.cli serve --host 127.0.0.1 --port "$judge_port" --workers 2 \
+            >"$OUTPUT_DIR/judge.log" 2>&1 &
+        STARTED_JUDGE_PID=$!
+        for _ in $(seq 1 150); do
+            curl -fsS --max-time 2 "$JUDGE_URL/ping" >/dev/null 2>&1 && break
+            kill -0 "$STARTED_JUDGE_PID" 2>/dev/null || break
+            sleep 0.2
+        done
+        if ! curl -fsS --max-time 2 "$JUDGE_URL/ping" >/dev/null 2>&1; then
+            echo "error: the code-judge did not start (see $OUTPUT_DIR/judge.log; needs redis-server and bwrap: make system-packages)" >&2
+            exit 1
+        fi
+    fi
+fi
+read -r TRAIN_FILES VAL_FILES < <("$PYTHON" -m cleaner.verl.cpu.smoke_data "$OUTPUT_DIR/data" --val-count "$VAL_COUNT")
+export TRAIN_FILES VAL_FILES
+
+cleaner_train tools \
+    "actor_rollout_ref.rollout.name=$ROLLOUT_BACKEND" \
+    actor_rollout_ref.rollout.checkpoint_engine.backend=naive \
+    actor_rollout_ref.rollout.dtype=float32 \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
+    actor_rollout_ref.rollout.agent.num_workers=1 \
+    "+actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu.max_new_tokens=$MAX_NEW_TOKENS" \
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
+    actor_rollout_ref.model.use_remove_padding=False \
+    actor_rollout_ref.model.enable_gradient_checkpointing=False \
+    actor_rollout_ref.actor.use_torch_compile=False \
+    actor_rollout_ref.ref.use_torch_compile=False \
+    actor_rollout_ref.actor.fsdp_config.model_dtype=fp32 \
+    reward.num_workers=1 \
+    data.dataloader_num_workers=0 \
+    trainer.device=cpu \
+    "trainer.use_v1=$TRAINER_USE_V1" \
+    "trainer.total_training_steps=$TOTAL_TRAINING_STEPS" \
+    trainer.log_val_generations=0 \
+    "+ray_kwargs.ray_init.num_cpus=$RAY_NUM_CPUS" \
+    "+ray_kwargs.ray_init._temp_dir=$RAY_TMP" \
+    "$@"
