@@ -17,14 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from cleaner.data.records import iter_jsonl
-from cleaner.rollout.summary import model_errors
 from cleaner.saar.stats import PREFIX
 
 logger = logging.getLogger(__name__)
 
 VERL_SAMPLE_KEY = re.compile(r"^(?P<prompt>.+)_(?P<session>\d+)_(?P<index>\d+)$")
-FAIL_PREFIX = PREFIX + "fail_"  # one counter per tool error category
-TOOL_ERRORS = "saar_tool_errors"  # derived: model-caused failed tool calls, as `cleaner rollout` counts them
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,7 @@ class Sample:
     response: str | None = None
     ground_truth: str | None = None
     question_id: str | None = None
-    saar: dict[str, float] = field(default_factory=dict)
+    saar: dict[str, float] = field(default_factory=dict)  # the trajectory's scalar saar_* statistics
 
 
 def generation_file(path: Path) -> Path:
@@ -88,14 +85,11 @@ def sample_from_record(record: dict[str, Any], benchmark: str | None, where: str
 
 def _saar_numbers(record: dict[str, Any]) -> dict[str, float]:
     """The scalar saar_* statistics (span and event lists stay out of the table)."""
-    numbers = {
+    return {
         key: float(value)
         for key, value in record.items()
         if key.startswith(PREFIX) and isinstance(value, (bool, int, float))
     }
-    if any(key.startswith(FAIL_PREFIX) for key in numbers):
-        numbers[TOOL_ERRORS] = float(model_errors(record))
-    return numbers
 
 
 def _problem_key(record: dict[str, Any], where: str) -> str:

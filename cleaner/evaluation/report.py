@@ -13,14 +13,15 @@ from rich.table import Table
 
 from cleaner.evaluation.generations import Sample
 from cleaner.evaluation.metrics import majority_correct, pass_at_k, report_ks
+from cleaner.saar.aggregate import summarize_saar
 
 logger = logging.getLogger(__name__)
 
-# The SAAR columns of the printed table (the JSON and CSV files keep every saar_* statistic).
+# The SAAR columns of the printed table (the JSON and CSV files keep every statistic of SaarSummary.table()).
 PRINTED_SAAR = (
     "saar_rollbacks_triggered",
-    "saar_rollbacks_recovered",
-    "saar_tool_errors",
+    "saar_recovery_rate",
+    "saar_tool_errors_kept_per_traj",
     "saar_spliced_token_fraction",
 )
 
@@ -34,7 +35,7 @@ class BenchmarkResult:
     pass_at: dict[str, float]  # "pass@k" -> mean over problems of the unbiased estimate
     maj_at_n: float | None  # None when no sample has an extracted answer (code)
     mean_score: float
-    saar: dict[str, float]  # mean per trajectory of every saar_* statistic
+    saar: dict[str, float | None]  # cleaner.saar.aggregate statistics of the samples' saar_* fields
 
     def flat(self) -> dict[str, object]:
         row: dict[str, object] = {
@@ -74,7 +75,7 @@ def _summarize_one(name: str, problems: dict[str, list[Sample]]) -> BenchmarkRes
         else None
     )
     flat = [s for group in groups for s in group]
-    saar_keys = sorted({key for s in flat for key in s.saar})
+    saar = summarize_saar([s.saar for s in flat])
     return BenchmarkResult(
         benchmark=name,
         problems=len(groups),
@@ -83,7 +84,7 @@ def _summarize_one(name: str, problems: dict[str, list[Sample]]) -> BenchmarkRes
         pass_at=pass_at,
         maj_at_n=maj,
         mean_score=_mean([s.score for s in flat]),
-        saar={key: _mean([s.saar.get(key, 0.0) for s in flat]) for key in saar_keys},
+        saar={} if saar is None else saar.table(),
     )
 
 

@@ -42,26 +42,37 @@ def charts(summaries: list[ModeSummary]) -> list[BarChart]:
     def per_mode(fn) -> dict[str, list[float]]:
         return {s.label: [fn(s)] for s in summaries}
 
-    result = [
-        BarChart(
-            "Rollback and recovery rates",
-            ["rollback rate", "recovery rate"],
-            {s.label: [s.rollback_rate, s.recovery_rate] for s in summaries},
-            value_format="{:.0%}",
-        ),
-        BarChart(
-            "Tool errors per trajectory",
-            ["sampled", "kept in trajectory"],
-            {s.label: [s.errors_per_traj, s.visible_errors_per_traj] for s in summaries},
-        ),
-        BarChart(
-            "Rollbacks: shallow vs deep",
-            ["shallow", "deep", "not recovered"],
-            {s.label: [s.rollbacks_shallow, s.rollbacks_deep, s.rollbacks_failed] for s in summaries},
-            value_format="{:.0f}",
-        ),
-        BarChart("Accuracy", ["accuracy"], per_mode(lambda s: s.accuracy), value_format="{:.0%}"),
-    ]
+    result = [BarChart("Accuracy", ["accuracy"], per_mode(lambda s: s.accuracy), value_format="{:.0%}")]
+    with_stats = [s for s in summaries if s.stats is not None]
+    if with_stats:
+        # A rate that does not apply (nothing to divide by) is drawn as 0; the summary table says "n/a".
+        result[:0] = [
+            BarChart(
+                "Rollback and recovery rates",
+                ["rollback rate", "recovery rate"],
+                {s.label: [s.stats.rollback_rate or 0.0, s.stats.recovery_rate or 0.0] for s in with_stats},
+                value_format="{:.0%}",
+            ),
+            BarChart(
+                "Tool errors per trajectory",
+                ["sampled", "kept in trajectory"],
+                {
+                    s.label: [s.stats.errors_sampled / s.stats.trajectories, s.stats.errors_kept / s.stats.trajectories]
+                    for s in with_stats
+                },
+            ),
+            BarChart(
+                "Rollbacks: shallow vs deep",
+                ["shallow", "deep", "not recovered"],
+                {
+                    s.label: [
+                        s.stats.total(name) for name in ("rollbacks_shallow", "rollbacks_deep", "rollbacks_failed")
+                    ]
+                    for s in with_stats
+                },
+                value_format="{:.0f}",
+            ),
+        ]
     if all(s.latency_s is not None for s in summaries):
         result.append(BarChart("Latency per trajectory (s)", ["latency"], per_mode(lambda s: s.latency_s)))
         result.append(

@@ -1,4 +1,9 @@
-"""Aggregate rollout records per mode (SAAR on / off): accuracy, tool errors, rollback rates, cost, latency."""
+"""Aggregate rollout records per mode (SAAR on / off): accuracy, tool errors, rollback rates, cost, latency.
+
+Every SAAR number is a statistic of `cleaner.saar.aggregate.summarize_saar`, the definition the trainer's
+logged metrics, `cleaner eval` and the report share. "Rollbacks triggered" counts failing *positions* that
+got at least one retry (not retries, not failed calls).
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
-from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
-from cleaner.saar.stats import PREFIX
-
-_MODEL_FAIL_KEYS = tuple(f"{PREFIX}fail_{category.value}" for category in MODEL_ERROR_CATEGORIES)
-
-
-def model_errors(record: dict[str, Any]) -> int:
-    """Model-caused tool failures that happened while sampling (retries included)."""
-    return sum(int(record.get(key, 0)) for key in _MODEL_FAIL_KEYS)
-
-
-def visible_errors(record: dict[str, Any]) -> int:
-    """Failures still shown in the final trajectory: every failed attempt a rollback replaced is gone."""
-    events = record.get(PREFIX + "rollback_events") or []
-    hidden = sum(event["retries"] for event in events if event["mode"] in ("shallow", "deep"))
-    return max(model_errors(record) - hidden, 0)
+from cleaner.saar.aggregate import SaarSummary, summarize_saar
 
 
 def is_correct(record: dict[str, Any]) -> bool:
@@ -37,38 +27,13 @@ class ModeSummary:
     trajectories: int
     accuracy: float
     mean_score: float
-    tool_calls_per_traj: float
-    errors_per_traj: float  # failures that happened (incl. retries)
-    visible_errors_per_traj: float  # failures left in the final (purified) trajectories
-    first_attempt_calls: int
-    rollbacks_triggered: int
-    rollbacks_recovered: int
-    rollbacks_shallow: int
-    rollbacks_deep: int
-    rollbacks_failed: int
-    resampled_tokens_per_traj: float
-    spliced_token_fraction: float
-    response_tokens_per_traj: float
+    stats: SaarSummary | None  # None when no record carries saar_* statistics (e.g. a plain verl dump)
     latency_s: float | None  # mean wall time of one trajectory (None: not recorded, e.g. a verl dump)
     generated_tokens_per_traj: float | None
 
     @property
-    def recovery_rate(self) -> float:
-        return self.rollbacks_recovered / self.rollbacks_triggered if self.rollbacks_triggered else 0.0
-
-    @property
-    def rollback_rate(self) -> float:
-        """Share of first-attempt tool calls that failed and were retried."""
-        return self.rollbacks_triggered / self.first_attempt_calls if self.first_attempt_calls else 0.0
-
-    @property
     def label(self) -> str:
         return "SAAR on" if self.saar else "SAAR off"
-
-
-def _stat(records: list[dict[str, Any]], name: str) -> int:
-    # verl validation dumps carry saar_* fields only when the trainer exported them: absent counts as 0.
-    return sum(int(record.get(PREFIX + name, 0)) for record in records)
 
 
 def _timing_mean(records: list[dict[str, Any]], name: str) -> float | None:
@@ -80,57 +45,50 @@ def summarize(records: Iterable[dict[str, Any]]) -> list[ModeSummary]:
     by_mode: dict[bool, list[dict[str, Any]]] = {}
     for record in records:
         by_mode.setdefault(bool(record["saar"]), []).append(record)
-    summaries = []
-    for saar in sorted(by_mode, reverse=True):
-        group = by_mode[saar]
-        count = len(group)
-        summaries.append(
-            ModeSummary(
-                saar=saar,
-                trajectories=count,
-                accuracy=mean(is_correct(r) for r in group),
-                mean_score=mean(float(r["score"]) for r in group),
-                tool_calls_per_traj=_stat(group, "tool_calls") / count,
-                errors_per_traj=mean(model_errors(r) for r in group),
-                visible_errors_per_traj=mean(visible_errors(r) for r in group),
-                first_attempt_calls=_stat(group, "first_attempt_calls"),
-                rollbacks_triggered=_stat(group, "rollbacks_triggered"),
-                rollbacks_recovered=_stat(group, "rollbacks_recovered"),
-                rollbacks_shallow=_stat(group, "rollbacks_shallow"),
-                rollbacks_deep=_stat(group, "rollbacks_deep"),
-                rollbacks_failed=_stat(group, "rollbacks_failed"),
-                resampled_tokens_per_traj=_stat(group, "resampled_tokens") / count,
-                spliced_token_fraction=mean(float(r.get(PREFIX + "spliced_token_fraction", 0.0)) for r in group),
-                response_tokens_per_traj=_stat(group, "response_tokens") / count,
-                latency_s=_timing_mean(group, "latency_s"),
-                generated_tokens_per_traj=_timing_mean(group, "generated_tokens"),
-            )
+    return [
+        ModeSummary(
+            saar=saar,
+            trajectories=len(group),
+            accuracy=mean(is_correct(r) for r in group),
+            mean_score=mean(float(r["score"]) for r in group),
+            stats=summarize_saar(group),
+            latency_s=_timing_mean(group, "latency_s"),
+            generated_tokens_per_traj=_timing_mean(group, "generated_tokens"),
         )
-    return summaries
+        for saar, group in sorted(by_mode.items(), reverse=True)
+    ]
+
+
+def _saar_row(summaries: list[ModeSummary], name: str, value, fmt: str) -> tuple[str, list[str]]:
+    """One row of a SAAR statistic: `value(stats)` formatted, "n/a" where it does not apply."""
+    return name, [_maybe(None if s.stats is None else value(s.stats), fmt) for s in summaries]
 
 
 def summary_rows(summaries: list[ModeSummary]) -> list[tuple[str, list[str]]]:
-    """(metric, one formatted value per mode) rows, shared by the terminal table and markdown."""
-    rows = [
+    """(metric, one formatted value per mode) rows, shared by the terminal table, markdown and the report."""
+    return [
         ("trajectories", [str(s.trajectories) for s in summaries]),
         ("accuracy", [f"{s.accuracy:.1%}" for s in summaries]),
         ("mean score", [f"{s.mean_score:.3f}" for s in summaries]),
-        ("tool calls / trajectory", [f"{s.tool_calls_per_traj:.2f}" for s in summaries]),
-        ("tool errors / trajectory (sampled)", [f"{s.errors_per_traj:.2f}" for s in summaries]),
-        ("tool errors / trajectory (kept)", [f"{s.visible_errors_per_traj:.2f}" for s in summaries]),
-        ("rollbacks triggered", [str(s.rollbacks_triggered) for s in summaries]),
-        ("recovery rate", [f"{s.recovery_rate:.1%}" for s in summaries]),
-        (
-            "shallow / deep / failed",
-            [f"{s.rollbacks_shallow} / {s.rollbacks_deep} / {s.rollbacks_failed}" for s in summaries],
+        _saar_row(summaries, "tool calls / trajectory", lambda x: x.per_trajectory("tool_calls"), "{:.2f}"),
+        _saar_row(
+            summaries, "tool errors / trajectory (sampled)", lambda x: x.errors_sampled / x.trajectories, "{:.2f}"
         ),
-        ("resampled tokens / trajectory", [f"{s.resampled_tokens_per_traj:.1f}" for s in summaries]),
-        ("spliced token fraction", [f"{s.spliced_token_fraction:.1%}" for s in summaries]),
-        ("response tokens / trajectory", [f"{s.response_tokens_per_traj:.1f}" for s in summaries]),
+        _saar_row(summaries, "tool errors / trajectory (kept)", lambda x: x.errors_kept / x.trajectories, "{:.2f}"),
+        _saar_row(summaries, "rollbacks triggered (positions)", lambda x: x.total("rollbacks_triggered"), "{}"),
+        _saar_row(summaries, "recovery rate", lambda x: x.recovery_rate, "{:.1%}"),
+        _saar_row(
+            summaries,
+            "shallow / deep / failed",
+            lambda x: f"{x.total('rollbacks_shallow')} / {x.total('rollbacks_deep')} / {x.total('rollbacks_failed')}",
+            "{}",
+        ),
+        _saar_row(summaries, "resampled tokens / trajectory", lambda x: x.per_trajectory("resampled_tokens"), "{:.1f}"),
+        _saar_row(summaries, "spliced token fraction", lambda x: x.spliced_token_fraction, "{:.1%}"),
+        _saar_row(summaries, "response tokens / trajectory", lambda x: x.per_trajectory("response_tokens"), "{:.1f}"),
         ("generated tokens / trajectory", [_maybe(s.generated_tokens_per_traj, "{:.1f}") for s in summaries]),
         ("latency / trajectory (s)", [_maybe(s.latency_s, "{:.2f}") for s in summaries]),
     ]
-    return rows
 
 
 def _maybe(value: float | None, fmt: str) -> str:

@@ -98,6 +98,7 @@ class RollbackPolicy:
                 error_category=first.category.value,
                 exception_type=first.exception_type,
                 error_text=feedback,
+                model_errors=len(failed),
             )
             self.open = OpenPosition(checkpoint, failed_turn, event, [feedback], [first.exception_type])
             self.stats.rollbacks_triggered += 1
@@ -107,6 +108,7 @@ class RollbackPolicy:
             return Action.CONTINUE
         if not failed:
             return Action.PURIFY
+        self.open.event.model_errors += len(failed)
         self.open.error_texts.append(feedback)
         self.open.exception_types.extend(outcome.exception_type for outcome in failed)
         if self.open.event.retries < self.config.max_tool_retries:
@@ -146,6 +148,7 @@ class RollbackPolicy:
         event.similarity = similarity
         event.replacement_code = replacement_code
         self.stats.rollbacks_recovered += 1
+        self.stats.purified_errors += event.model_errors
         if mode == "shallow":
             self.stats.rollbacks_shallow += 1
         else:

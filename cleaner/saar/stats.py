@@ -32,6 +32,7 @@ COUNTER_NAMES: tuple[str, ...] = (
     "response_tokens",
     "infra_errors",
     "deep_mentions_error",  # deep replacements whose reasoning still refers to the hidden error
+    "purified_errors",  # model-error calls removed from the final trajectory by recovered rollbacks
 )
 FAIL_COUNTER_NAMES: tuple[str, ...] = tuple(f"fail_{category.value}" for category in ErrorCategory)
 
@@ -71,8 +72,9 @@ class RollbackEvent:
     replacement_code: str | None = None  # None when no retry succeeded
     similarity: float | None = None
     mode: RollbackMode = "failed"
-    retries: int = 0
+    retries: int = 0  # resamples generated for this position (an unusable one counts too)
     resampled_tokens: int = 0
+    model_errors: int = 0  # model-error calls in this position's failed rounds (first attempt and failed retries)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +97,7 @@ class TrajectoryStats:
     response_tokens: int = 0
     infra_errors: int = 0
     deep_mentions_error: int = 0
+    purified_errors: int = 0
     failures: dict[ErrorCategory, int] = field(default_factory=lambda: {category: 0 for category in ErrorCategory})
     spliced_spans: list[SplicedSpan] = field(default_factory=list)
     rollback_events: list[RollbackEvent] = field(default_factory=list)

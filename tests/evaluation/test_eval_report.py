@@ -14,6 +14,8 @@ from rich.console import Console
 from cleaner.evaluation import cli as eval_cli
 from cleaner.evaluation.generations import load_samples
 from cleaner.evaluation.report import results_table, summarize
+from cleaner.saar.outcome import ErrorCategory
+from cleaner.saar.stats import TrajectoryStats
 
 
 def run_cli(*argv: str) -> int:
@@ -21,6 +23,15 @@ def run_cli(*argv: str) -> int:
     eval_cli.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["eval", *argv])
     return args.func(args)
+
+
+def saar_fields(failures: dict[str, int] | None = None, **counters: int) -> dict:
+    """A trajectory's saar_* fields, as the agent loop writes them (the reward echoes them into verl's dump)."""
+    stats = TrajectoryStats(**counters)
+    for category, count in (failures or {}).items():
+        for _ in range(count):
+            stats.count_failure(ErrorCategory(category))
+    return stats.to_extra_fields()
 
 
 def verl_dump(directory: Path) -> Path:
@@ -40,11 +51,14 @@ def verl_dump(directory: Path) -> Path:
                 "acc": bool(acc),
                 "pred": pred,
                 "uid": f"1f0c-aa_{session}_0",
-                "saar_rollbacks_triggered": 1,
-                "saar_rollbacks_recovered": acc,
-                "saar_fail_exception": 1,
-                "saar_fail_timeout": 0,
-                "saar_rollback_events": [],
+                **saar_fields(
+                    {"exception": 1},
+                    rollbacks_triggered=1,
+                    rollbacks_recovered=acc,
+                    purified_errors=acc,
+                    spliced_tokens=10 * acc,
+                    response_tokens=100,
+                ),
             }
         )
     for session, pred in enumerate(["7", "8", "8", None]):
@@ -59,11 +73,7 @@ def verl_dump(directory: Path) -> Path:
                 "acc": False,
                 "pred": pred,
                 "uid": f"77e2-bb_{session}_0",
-                "saar_rollbacks_triggered": 0,
-                "saar_rollbacks_recovered": 0,
-                "saar_fail_exception": 0,
-                "saar_fail_timeout": 2,
-                "saar_rollback_events": [],
+                **saar_fields({"timeout": 2}, response_tokens=100),
             }
         )
     (directory / "0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -85,26 +95,29 @@ def test_verl_dump_table(tmp_path, capsys):
     assert result["pass_at"]["pass@2"] == pytest.approx((1.0 + 0.0) / 2)  # C(1,2)=0: A is always solved
     assert result["pass_at"]["pass@4"] == pytest.approx(0.5)
     assert result["maj_at_n"] == pytest.approx(0.5)  # A: "42" wins (right); B: "8" wins (wrong)
-    assert result["saar"]["saar_rollbacks_triggered"] == pytest.approx(0.5)
-    assert result["saar"]["saar_rollbacks_recovered"] == pytest.approx(3 / 8)
-    assert result["saar"]["saar_tool_errors"] == pytest.approx((4 * 1 + 4 * 2) / 8)
-    assert "saar_rollback_events" not in result["saar"]
+    saar = result["saar"]
+    assert (saar["saar_rollbacks_triggered"], saar["saar_rollbacks_recovered"]) == (4, 3)
+    assert saar["saar_recovery_rate"] == pytest.approx(0.75)
+    assert saar["saar_tool_errors_sampled_per_traj"] == pytest.approx((4 * 1 + 4 * 2) / 8)
+    assert saar["saar_tool_errors_kept_per_traj"] == pytest.approx((4 * 1 + 4 * 2 - 3) / 8)
+    assert saar["saar_spliced_token_fraction"] == pytest.approx(30 / 800)
+    assert "saar_rollback_events" not in saar
     with (out / "results.csv").open() as handle:
         [row] = list(csv.DictReader(handle))
     assert row["benchmark"] == "AIME2024" and float(row["pass@1"]) == pytest.approx(0.375) and row["maj@4"] == "0.5"
     assert "evaluation" in capsys.readouterr().out
-    console = Console(width=200, record=True, file=io.StringIO())
+    console = Console(width=250, record=True, file=io.StringIO())
     console.print(results_table(summarize(load_samples(dump, "AIME2024"))))
     lines = console.export_text().splitlines()
     header = next(line for line in lines if "pass@1" in line)
     row = next(line for line in lines if "AIME2024" in line)
     cells = dict(zip(header.split("┃")[1:-1], row.split("│")[1:-1]))
     cells = {key.strip(): value.strip() for key, value in cells.items()}
-    assert (cells["pass@1"], cells["pass@4"], cells["maj@4"], cells["saar_tool_errors"]) == (
+    assert (cells["pass@1"], cells["pass@4"], cells["maj@4"], cells["saar_tool_errors_kept_per_traj"]) == (
         "37.5",
         "50.0",
         "50.0",
-        "1.500",
+        "1.125",
     )
     assert "saar_fail_timeout" not in header  # printed table: the main SAAR columns only
 
@@ -112,22 +125,24 @@ def test_verl_dump_table(tmp_path, capsys):
 def test_rollout_jsonl_groups_by_uid_and_splits_benchmarks(tmp_path):
     path = tmp_path / "rollout.jsonl"
     records = [
-        {"data_source": "AIME2025", "uid": "p1", "score": 1.0, "acc": True, "pred": "3", "saar_rollbacks_triggered": 2},
         {
             "data_source": "AIME2025",
             "uid": "p1",
-            "score": -1.0,
-            "acc": False,
-            "pred": "4",
-            "saar_rollbacks_triggered": 0,
+            "score": 1.0,
+            "acc": True,
+            "pred": "3",
+            **saar_fields(rollbacks_triggered=2),
         },
+        {"data_source": "AIME2025", "uid": "p1", "score": -1.0, "acc": False, "pred": "4", **saar_fields()},
         {"data_source": "gpqa_diamond", "index": 5, "score": 1.0, "acc": True, "pred": "C"},
         {"data_source": "gpqa_diamond", "index": 5, "score": 1.0, "acc": True, "pred": "C"},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     results = {r.benchmark: r for r in summarize(load_samples(path))}
     assert results["AIME2025"].pass_at == {"pass@1": 0.5, "pass@2": 1.0}
-    assert results["AIME2025"].saar == {"saar_rollbacks_triggered": 1.0}
+    assert results["AIME2025"].saar["saar_rollbacks_triggered"] == 2
+    assert results["AIME2025"].saar["saar_recovery_rate"] == 0.0
+    assert results["gpqa_diamond"].saar == {}  # no saar_* fields: no SAAR columns
     assert results["gpqa_diamond"].pass_at["pass@1"] == 1.0 and results["gpqa_diamond"].problems == 1
 
 
@@ -139,12 +154,20 @@ def test_tool_errors_count_the_models_failures_not_the_judges(tmp_path):
         "score": 1.0,
         "acc": True,
         "pred": "3",
-        "saar_fail_syntax_error": 2,
-        "saar_fail_judge_unreachable": 5,
+        **saar_fields({"syntax_error": 2, "judge_unreachable": 5}, infra_errors=5),
     }
     path.write_text(json.dumps(record) + "\n")
     [result] = summarize(load_samples(path))
-    assert result.saar["saar_tool_errors"] == 2.0
+    assert result.saar["saar_tool_errors_sampled_per_traj"] == 2.0
+    assert result.saar["saar_infra_errors"] == 5
+
+
+def test_a_partial_set_of_saar_fields_is_named_in_the_error(tmp_path):
+    path = tmp_path / "rollout.jsonl"
+    record = {"data_source": "AIME2025", "uid": "p1", "score": 1.0, "acc": True, "saar_rollbacks_triggered": 1}
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match="lacks .*saar_tool_calls"):
+        summarize(load_samples(path))
 
 
 def test_rollout_records_of_both_saar_modes_are_reported_apart(tmp_path):

@@ -37,12 +37,13 @@ def make_record(
         stats.retries_used = 1
         stats.resampled_tokens = stats.spliced_tokens = len(turn1)
         stats.count_failure(ErrorCategory.SYNTAX_ERROR)
+        stats.purified_errors = 1  # the recovery removed that failed call
         stats.spliced_spans.append(SplicedSpan(0, len(turn1), 1))
         stats.rollback_events.append(
             RollbackEvent(
                 position=0, failed_code=FAILED_CODE, error_category="syntax_error", exception_type="SyntaxError",
                 error_text=ERROR_TEXT, replacement_code=REPLACEMENT_CODE, similarity=0.31, mode="deep",
-                retries=1, resampled_tokens=len(turn1),
+                retries=1, resampled_tokens=len(turn1), model_errors=1,
             )
         )  # fmt: skip
     else:

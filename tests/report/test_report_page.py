@@ -35,8 +35,9 @@ def test_record_pieces_follow_mask_and_splice(records):
 def test_summary_counts_hidden_errors_and_latency(records):
     on, off = summarize(records)
     assert on.saar and not off.saar
-    assert on.errors_per_traj == 0.5 and on.visible_errors_per_traj == 0.0
-    assert on.rollbacks_deep == 1 and on.recovery_rate == 1.0
+    assert on.stats.errors_sampled / on.stats.trajectories == 0.5 and on.stats.errors_kept == 0
+    assert on.stats.total("rollbacks_deep") == 1 and on.stats.recovery_rate == 1.0
+    assert off.stats.recovery_rate is None  # nothing was triggered: not applicable, not 0 %
     assert added_latency([on, off]) == pytest.approx(0.25)
 
 

@@ -110,6 +110,29 @@ def test_parallel_round_with_one_failure_retries_the_turn_and_needs_all_to_succe
     assert p.on_round([OK, OK], position=0, code="a\nc", feedback="") is Action.PURIFY
 
 
+def test_purified_errors_count_the_failed_calls_a_recovery_removed_not_the_retries():
+    """An empty resample costs a retry but is no tool error; a parallel round's failures all count."""
+    p, stats = policy(max_tool_retries=3)
+    assert p.on_round([OK, NAME_ERROR], position=0, code="a\nb", feedback="") is Action.RETRY
+    p.on_resample(0)
+    assert p.on_unusable_resample("empty") is Action.RETRY
+    p.on_resample(5)
+    assert p.on_round([NAME_ERROR, TIMEOUT], position=0, code="a\nc", feedback="") is Action.RETRY
+    p.on_resample(5)
+    assert p.on_round([OK, OK], position=0, code="a\nd", feedback="") is Action.PURIFY
+    event = p.on_purified("deep", 0.0, "a\nd", mentions_error=False)
+    assert (event.retries, event.model_errors, stats.purified_errors) == (3, 3, 3)
+    assert sum(stats.failures.values()) == 3  # all three sampled errors are gone from the final trajectory
+    fail_round(p)
+    p.on_resample(2)
+    fail_round(p)
+    p.on_resample(2)
+    fail_round(p)
+    p.on_resample(2)
+    fail_round(p)  # budget spent: the position fails and its errors stay in the trajectory
+    assert stats.purified_errors == 3 and stats.rollbacks_failed == 1
+
+
 def test_unusable_resamples():
     p, stats = policy(max_tool_retries=2)
     fail_round(p)

@@ -37,4 +37,5 @@ def test_fraction_flags_and_provenance():
         "mode": "shallow",
         "retries": 2,
         "resampled_tokens": 17,
+        "model_errors": 0,
     }
