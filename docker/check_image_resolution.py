@@ -1,18 +1,22 @@
 """Check, without Docker, that installing the project on the GPU base image keeps the image's SGLang stack.
 
-pip's own resolver runs over what docker/Dockerfile installs (`-c base-image-constraints.txt -r
-requirements-image.txt`, plus cleaner and code-judge), together with every package the image owns, so the
-dependencies of SGLang, torch and the rest are resolved against the project's pins too:
+pip's resolver runs over what docker/Dockerfile installs (`-c base-image-constraints.txt -r requirements-image.txt`)
+on a stand-in of the image made from base-image-snapshot.json (metadata only). The check fails when pip cannot
+resolve, or when the result replaces a package the image owns or leaves alone (protobuf, grpcio), except the
+documented overrides, which must land on their constrained version.
 
-    pip install --dry-run --ignore-installed --report ... --no-index --find-links <stand-in wheels>
+Offline (the default, run by the tests): `pip install --dry-run --ignore-installed --report ... --no-index
+--find-links <stand-in wheels>` over the requirements, cleaner and code-judge, and every package the image owns, so
+SGLang's and torch's own requirements are resolved against the project's pins too. The stand-in wheels: the image's
+packages from the snapshot, the project's pins from this venv's installed distributions (`make setup` installs
+exactly them), cleaner and code-judge from their pyproject.toml; markers are evaluated for the image's Python 3.12
+on x86_64 Linux. Nothing is downloaded.
 
-The stand-in wheels carry only metadata (no code): the image's packages from base-image-snapshot.json, the
-project's pins from this venv's installed distributions (`make setup` installs exactly them), cleaner and
-code-judge from their pyproject.toml. Markers are evaluated for the image's Python 3.12 on x86_64 Linux. Nothing
-is downloaded. The check fails when pip cannot resolve, or when the resolution changes a package the image owns
-(other than the documented overrides) or leaves alone (protobuf, grpcio).
+Online (`--python PY312`): the Dockerfile's own command, `pip install --dry-run -c ... -r ...`, in a Python 3.12
+environment where the snapshot's packages look installed, resolved against the package index: pip reads wheel
+metadata through HTTP range requests (`fast-deps`), so no CUDA wheel is downloaded.
 
-    python docker/check_image_resolution.py [--requirements FILE] [--report FILE]
+    python docker/check_image_resolution.py [--requirements FILE] [--without-constraints] [--python PY312]
 """
 
 from __future__ import annotations
@@ -20,11 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
@@ -32,7 +34,6 @@ from pathlib import Path
 import tomllib
 from base_image import (
     CONSTRAINTS,
-    IMAGE_MARKER_ENVIRONMENT,
     IMAGE_PYTHON,
     LEFT_ALONE,
     OVERRIDES,
@@ -45,70 +46,26 @@ from base_image import (
 )
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from stand_in import installed_environment, requirements_for_image, write_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE_REQUIREMENTS = REPO / "docker" / "requirements-image.txt"
 PROJECTS = (REPO / "pyproject.toml", REPO / "code-judge" / "pyproject.toml")
-PIP_TIMEOUT_S = 300
-PIP_PROGRESS = ("Processing ", "Looking in links", "Would install")
-EXTRA_IN_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']|["']([^"']+)["']\s*==\s*extra""")
+PIP_TIMEOUT_S = 900  # the online check resolves ~130 packages against the index
+PIP_PROGRESS = ("Processing ", "Looking in links", "Would install", "Collecting ", "Obtaining ")
 
 
 class CheckError(Exception):
-    """The check cannot run as asked (bad input, missing metadata); the message names the problem."""
+    """The check cannot run as asked, or pip cannot resolve; the message names the problem."""
 
 
 @dataclass
 class Verdict:
     kept: dict[str, str] = field(default_factory=dict)  # owned or left-alone name -> the image's version
-    overridden: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (image's, installed)
+    overridden: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (image's, constrained)
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # must-keep name -> (image's, resolved)
     moved: dict[str, tuple[str, str]] = field(default_factory=dict)  # other image package -> (image's, pin)
     added: list[str] = field(default_factory=list)  # resolved packages the image does not have
-
-
-def requirements_for_image(requires_dist: tuple[str, ...]) -> list[str]:
-    """Requires-Dist entries with their environment markers evaluated for the image; `extra == ...` markers stay.
-
-    A requirement whose marker names extras is kept once per extra for which the rest of its marker holds."""
-    kept = []
-    for text in requires_dist:
-        requirement = Requirement(text)
-        marker = requirement.marker
-        if marker is None:
-            kept.append(text)
-            continue
-        requirement.marker = None
-        extras = sorted({a or b for a, b in EXTRA_IN_MARKER.findall(str(marker))})
-        if not extras:
-            if marker.evaluate({**IMAGE_MARKER_ENVIRONMENT, "extra": ""}):
-                kept.append(str(requirement))
-            continue
-        for extra in extras:
-            if marker.evaluate({**IMAGE_MARKER_ENVIRONMENT, "extra": extra}):
-                kept.append(f'{requirement}; extra == "{extra}"')
-    return kept
-
-
-def write_stand_in_wheel(directory: Path, package: PackageMetadata) -> Path:
-    """A py3-none-any wheel holding only `package`'s metadata, which is all pip's resolver reads."""
-    stem = f"{package.key.replace('-', '_')}-{package.version}"
-    lines = ["Metadata-Version: 2.1", f"Name: {package.name}", f"Version: {package.version}"]
-    if package.requires_python:
-        lines.append(f"Requires-Python: {package.requires_python}")
-    lines += [f"Provides-Extra: {extra}" for extra in package.provides_extra]
-    lines += [f"Requires-Dist: {requirement}" for requirement in package.requires_dist]
-    files = {
-        f"{stem}.dist-info/METADATA": "\n".join(lines) + "\n",
-        f"{stem}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: check_image_resolution\n"
-        "Root-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    files[f"{stem}.dist-info/RECORD"] = "".join(f"{name},,\n" for name in files) + f"{stem}.dist-info/RECORD,,\n"
-    path = directory / f"{stem}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as wheel:
-        for name, text in files.items():
-            wheel.writestr(name, text)
-    return path
 
 
 def read_pins(path: Path) -> dict[str, str]:
@@ -131,8 +88,8 @@ def installed_metadata(name: str, version: str) -> PackageMetadata:
         dist = distribution(name)
     except PackageNotFoundError as exc:
         raise CheckError(
-            f"no metadata for {name}=={version}: neither the image snapshot nor this environment "
-            "has it (run `make setup`)"
+            f"no metadata for {name}=={version}: neither the image snapshot nor this environment has it "
+            "(run `make setup`)"
         ) from exc
     if dist.version != version:
         raise CheckError(
@@ -174,7 +131,7 @@ def constraint_problems(constraints: dict[str, Requirement], snapshot: Snapshot)
 
 
 def stand_in_packages(snapshot: Snapshot, pins: dict[str, str]) -> tuple[list[PackageMetadata], list[str]]:
-    """Every distribution the stand-in index offers, its requirements evaluated for the image, and the image
+    """Every distribution the offline index offers, its requirements evaluated for the image, and the image
     requirements dropped for the overrides."""
     packages = {(key, package.version): package for key, package in snapshot.packages.items()}
     packages.update({(key, package.version): package for key, package in snapshot.overrides.items()})
@@ -210,55 +167,72 @@ def stand_in_packages(snapshot: Snapshot, pins: dict[str, str]) -> tuple[list[Pa
     return result, sorted(set(dropped))
 
 
-def run_pip(index: Path, requirements: Path, constraints: Path, requests: list[str], report: Path) -> None:
+def run_pip(pip_args: list[str], what: str) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull  # the machine's pip config (wheel folders, indexes, caps) must not leak in
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--dry-run",
-        "--ignore-installed",
-        "--no-index",
-        "--find-links",
-        str(index),
-        "--python-version",
-        IMAGE_PYTHON,
-        "--only-binary",
-        ":all:",
-        "--no-cache-dir",
-        "--disable-pip-version-check",
-        "--report",
-        str(report),
-        "-c",
-        str(constraints),
-        "-r",
-        str(requirements),
-        *requests,
-    ]
+    command = [sys.executable, "-m", "pip", *pip_args, "--disable-pip-version-check", "--no-cache-dir"]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=PIP_TIMEOUT_S)
     if result.returncode != 0:
-        # stdout holds the conflict's explanation among one line per stand-in wheel pip looked at.
-        explanation = [line for line in result.stdout.splitlines() if not line.startswith(PIP_PROGRESS)]
+        # stdout holds the conflict's explanation among one line per distribution pip looked at.
+        explanation = [line for line in result.stdout.splitlines() if not line.lstrip().startswith(PIP_PROGRESS)]
         raise CheckError(
-            f"pip cannot install {requirements.name} on the image:\n"
-            + "\n".join(explanation).strip()
-            + "\n"
-            + result.stderr.strip()
+            f"pip cannot install {what} on the image:\n" + "\n".join(explanation).strip() + "\n" + result.stderr.strip()
         )
 
 
-def judge(report: dict, snapshot: Snapshot, constraints: dict[str, Requirement]) -> Verdict:
-    resolved = {
-        canonicalize_name(entry["metadata"]["name"]): entry["metadata"]["version"] for entry in report["install"]
-    }
+def report_versions(report: Path) -> dict[str, str]:
+    entries = json.loads(report.read_text())["install"]
+    return {canonicalize_name(entry["metadata"]["name"]): entry["metadata"]["version"] for entry in entries}
+
+
+def offline_resolution(
+    requirements: Path,
+    constraint_args: list[str],
+    constraints: dict[str, Requirement],
+    snapshot: Snapshot,
+    report: Path,
+) -> dict[str, str]:
+    """Name -> version of everything pip installs on an empty Python 3.12 from the stand-in index."""
+    packages, dropped = stand_in_packages(snapshot, read_pins(requirements))
+    for line in dropped:
+        print(f"accepted override: {line}")
+    projects = [project_metadata(pyproject) for pyproject in PROJECTS]
+    requests = [f"{project.name}=={project.version}" for project in projects] + sorted(constraints)
+    with tempfile.TemporaryDirectory(prefix="image-stand-in-") as index:
+        for package in packages:
+            write_wheel(Path(index), package)
+        pip_args = ["install", "--dry-run", "--ignore-installed", "--no-index", "--find-links", index]
+        pip_args += ["--python-version", IMAGE_PYTHON, "--only-binary", ":all:", "--report", str(report)]
+        run_pip([*pip_args, *constraint_args, "-r", str(requirements), *requests], requirements.name)
+    return report_versions(report)
+
+
+def python_version(python: str) -> str:
+    command = [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
+    return subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+
+
+def online_resolution(
+    python: str, requirements: Path, constraint_args: list[str], snapshot: Snapshot, report: Path
+) -> dict[str, str]:
+    """Name -> version of the image's packages after the Dockerfile's pip command, resolved against the index."""
+    if (found := python_version(python)) != IMAGE_PYTHON:
+        raise CheckError(f"{python} is Python {found}; the image runs Python {IMAGE_PYTHON}")
+    with tempfile.TemporaryDirectory(prefix="image-stand-in-") as venv:
+        interpreter = installed_environment(python, Path(venv), list(snapshot.packages.values()))
+        pip_args = ["--python", str(interpreter), "install", "--dry-run", "--use-feature=fast-deps"]
+        run_pip([*pip_args, "--report", str(report), *constraint_args, "-r", str(requirements)], requirements.name)
+    versions = {key: package.version for key, package in snapshot.packages.items()}
+    return versions | report_versions(report)
+
+
+def judge(resolved: dict[str, str], snapshot: Snapshot, constraints: dict[str, Requirement]) -> Verdict:
     verdict = Verdict()
     for key in sorted(set(constraints) | LEFT_ALONE):
         if key not in resolved or key not in snapshot.packages:
             continue
         image_version, version = snapshot.packages[key].version, resolved[key]
-        if key in OVERRIDES:
+        if key in OVERRIDES and version == pinned_version(constraints[key]):
             verdict.overridden[key] = (image_version, version)
         elif version == image_version:
             verdict.kept[key] = version
@@ -274,32 +248,26 @@ def judge(report: dict, snapshot: Snapshot, constraints: dict[str, Requirement])
     return verdict
 
 
-def check(requirements: Path, constraints_path: Path, snapshot_path: Path, report_path: Path) -> Verdict:
-    constraints = read_constraints(constraints_path)
-    snapshot = read_snapshot(snapshot_path)
+def check(args: argparse.Namespace) -> Verdict:
+    constraints = read_constraints(args.constraints)
+    snapshot = read_snapshot(args.snapshot)
     problems = constraint_problems(constraints, snapshot)
     if problems:
-        raise CheckError(f"{constraints_path.name} and {snapshot_path.name} disagree:\n  " + "\n  ".join(problems))
-    packages, dropped = stand_in_packages(snapshot, read_pins(requirements))
-    for line in dropped:
-        print(f"accepted override: {line}")
-    projects = [project_metadata(pyproject) for pyproject in PROJECTS]
-    requests = [f"{project.name}=={project.version}" for project in projects] + sorted(constraints)
-    with tempfile.TemporaryDirectory(prefix="image-stand-in-") as index:
-        for package in packages:
-            write_stand_in_wheel(Path(index), package)
-        run_pip(Path(index), requirements, constraints_path, requests, report_path)
-    return judge(json.loads(report_path.read_text()), snapshot, constraints)
+        raise CheckError(f"{args.constraints.name} and {args.snapshot.name} disagree:\n  " + "\n  ".join(problems))
+    constraint_args = [] if args.without_constraints else ["-c", str(args.constraints)]
+    if args.python:
+        resolved = online_resolution(args.python, args.requirements, constraint_args, snapshot, args.report)
+    else:
+        resolved = offline_resolution(args.requirements, constraint_args, constraints, snapshot, args.report)
+    return judge(resolved, snapshot, constraints)
 
 
 def print_verdict(verdict: Verdict) -> None:
     print("kept at the image's version: " + ", ".join(f"{k} {v}" for k, v in verdict.kept.items()))
     for key, (image_version, version) in verdict.overridden.items():
         print(f"overridden: {key} {image_version} -> {version} ({OVERRIDES[key]})")
-    print(
-        "moved to the project's pins: "
-        + (", ".join(f"{k} {a} -> {b}" for k, (a, b) in verdict.moved.items()) or "none")
-    )
+    moved = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in verdict.moved.items())
+    print(f"moved to the project's pins: {moved or 'none'}")
     print(f"added: {len(verdict.added)} packages the image does not have")
     for key, (image_version, version) in verdict.changed.items():
         print(f"CHANGED: {key} {image_version} -> {version}: the image's {key} would be replaced")
@@ -308,23 +276,25 @@ def print_verdict(verdict: Verdict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requirements", type=Path, default=IMAGE_REQUIREMENTS, help="exact pins to install")
-    parser.add_argument("--constraints", type=Path, default=CONSTRAINTS)
+    parser.add_argument("--constraints", type=Path, default=CONSTRAINTS, help="what the image owns")
+    parser.add_argument("--without-constraints", action="store_true", help="run pip without -c (the old Dockerfile)")
     parser.add_argument("--snapshot", type=Path, default=SNAPSHOT)
+    parser.add_argument(
+        "--python", help=f"online: resolve against the index in a stand-in on this Python {IMAGE_PYTHON}"
+    )
     parser.add_argument("--report", type=Path, help="keep pip's installation report here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        report = args.report or Path(scratch) / "report.json"
+        args.report = args.report or Path(scratch) / "report.json"
         try:
-            verdict = check(args.requirements, args.constraints, args.snapshot, report)
+            verdict = check(args)
         except CheckError as exc:
             print(f"FAILED: {exc}", file=sys.stderr)
             return 1
     print_verdict(verdict)
     if verdict.changed:
-        print(
-            f"FAILED: installing {args.requirements.name} would change the image's " + ", ".join(verdict.changed),
-            file=sys.stderr,
-        )
+        changed = ", ".join(verdict.changed)
+        print(f"FAILED: installing {args.requirements.name} would replace the image's {changed}", file=sys.stderr)
         return 1
     print(f"OK: {args.requirements.name} installs on the image and keeps its SGLang stack")
     return 0

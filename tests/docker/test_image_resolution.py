@@ -1,9 +1,13 @@
 """The GPU image keeps verl's SGLang stack: docker/check_image_resolution.py runs pip's resolver over what the
-Dockerfile installs on a metadata stand-in of verlai/verl:sgl0512.latest (no Docker engine, no download)."""
+Dockerfile installs on a metadata stand-in of verlai/verl:sgl0512.latest (no Docker engine, no download).
+
+Its online mode (the Dockerfile's pip command against the package index) downloads ~60 MB and takes about a
+minute; docs/docker.md shows its output and is not run here."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +24,13 @@ from base_image import (  # noqa: E402
     CONSTRAINTS,
     LEFT_ALONE,
     OVERRIDES,
+    PackageMetadata,  # noqa: E402
     image_provided,
     read_constraints,
     read_snapshot,
 )
-from check_image_resolution import constraint_problems, requirements_for_image  # noqa: E402
+from check_image_resolution import constraint_problems  # noqa: E402
+from stand_in import installed_environment, requirements_for_image  # noqa: E402
 
 # What the image must still run after the project is installed: the versions its SGLang 0.5.12 stack has.
 IMAGE_STACK = {
@@ -99,7 +105,7 @@ def test_a_pin_that_replaces_a_left_alone_package_fails_the_check(tmp_path):
     result = run_check("--requirements", str(requirements))
     assert result.returncode == 1
     assert f"CHANGED: grpcio 1.80.0 -> {breaking_pin('grpcio').split('==')[1]}" in result.stdout
-    assert "would change the image's grpcio" in result.stderr
+    assert "would replace the image's grpcio" in result.stderr
 
 
 def test_constraints_that_disagree_with_the_snapshot_stop_the_check(tmp_path):
@@ -147,3 +153,38 @@ def test_image_requirements_are_the_tested_pins_without_what_the_image_brings():
 )
 def test_markers_are_evaluated_for_the_images_python_312_on_x86_64(requirement, for_image):
     assert requirements_for_image((requirement,)) == for_image
+
+
+def test_the_old_dockerfile_command_without_constraints_would_swap_torch():
+    result = run_check("--requirements", str(ROOT / "requirements.txt"), "--without-constraints")
+    assert result.returncode == 1
+    # pip looks for another torch (on the index it finds 2.15 and takes it); the stand-in offers none
+    assert "pip is looking at multiple versions of torch" in result.stderr
+    assert "torch 2.11.0 depends on setuptools<82" in result.stderr
+
+
+def test_the_installed_stand_in_is_what_pip_sees_in_the_environment(tmp_path):
+    packages = [
+        PackageMetadata("torch", "2.11.0", ("setuptools<82", 'triton==3.6.0; platform_system == "Linux"')),
+        PackageMetadata("setuptools", "84.2.1"),
+    ]
+    interpreter = installed_environment(sys.executable, tmp_path / "image", packages)
+    env = {"PIP_CONFIG_FILE": os.devnull, "PATH": os.environ["PATH"]}
+    pip = [sys.executable, "-m", "pip", "--python", str(interpreter), "--disable-pip-version-check"]
+    listed = subprocess.run([*pip, "list", "--format=json"], capture_output=True, text=True, env=env, timeout=120)
+    assert {(p["name"], p["version"]) for p in json.loads(listed.stdout)} == {
+        ("torch", "2.11.0"),
+        ("setuptools", "84.2.1"),
+    }
+    checked = subprocess.run([*pip, "check"], capture_output=True, text=True, env=env, timeout=120)
+    assert "torch 2.11.0 has requirement setuptools<82, but you have setuptools 84.2.1." in checked.stdout
+    assert "torch 2.11.0 requires triton, which is not installed." in checked.stdout
+
+
+def test_the_online_check_needs_the_images_python(tmp_path):
+    python = tmp_path / "python3.11"
+    python.write_text("#!/bin/sh\necho 3.11\n")
+    python.chmod(0o755)
+    result = run_check("--python", str(python))
+    assert result.returncode == 1
+    assert f"{python} is Python 3.11; the image runs Python 3.12" in result.stderr
