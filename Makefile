@@ -65,3 +65,13 @@ format: setup
 
 clean:
 	rm -rf $(VENV)
+
+# verl's own trainer on CPU (docs/train-cpu.md): judge + GRPO with SAAR on the bundled problems, the demo's
+# Qwen2.5-Coder-0.5B converted to a transformers model (cached), 2 steps + validation + a checkpoint, then a
+# resume from that checkpoint for a 3rd step. Everything goes to train-cpu-output/; all it starts is stopped.
+.PHONY: train-cpu
+train-cpu: setup
+	@model="$$($(PY) -m cleaner.models convert)" && \
+	MODEL_PATH="$$model" recipe/cleaner/cpu_smoke.sh $(TRAIN_CPU_ARGS) && \
+	MODEL_PATH="$$model" TOTAL_TRAINING_STEPS=3 VERL_FILE_LOGGER_PATH=$(CURDIR)/train-cpu-output/metrics-resume.jsonl \
+		recipe/cleaner/cpu_smoke.sh trainer.resume_mode=auto trainer.val_before_train=False $(TRAIN_CPU_ARGS)

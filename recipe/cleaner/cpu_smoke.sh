@@ -47,12 +47,25 @@ export VERL_PLATFORM=cpu
 export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-cleaner.verl.cpu.plugin}"
 export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$OUTPUT_DIR/metrics.jsonl}"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Ray sets OMP_NUM_THREADS to an actor's CPU share (1 for a fractional share) unless it is set: the trainer
+# worker would then compute on one core.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$RAY_NUM_CPUS}"
 export PATH="$ROOT/.venv/bin:$PATH"
 
 STARTED_JUDGE_PID=""
+TRAIN_PID=""
 RAY_TMP="$OUTPUT_DIR/ray"
 cpu_smoke_cleanup() {
     local status=$?
+    if [[ -n "$TRAIN_PID" ]] && kill -0 "$TRAIN_PID" 2>/dev/null; then
+        # The trainer runs in its own process group (set -m below): stop the driver and whatever it forked.
+        kill -TERM -- "-$TRAIN_PID" 2>/dev/null || true
+        for _ in $(seq 1 100); do
+            kill -0 "$TRAIN_PID" 2>/dev/null || break
+            sleep 0.2
+        done
+        kill -KILL -- "-$TRAIN_PID" 2>/dev/null || true
+    fi
     if [[ -n "$STARTED_JUDGE_PID" ]]; then
         kill "$STARTED_JUDGE_PID" 2>/dev/null || true
         wait "$STARTED_JUDGE_PID" 2>/dev/null || true
@@ -86,9 +99,15 @@ if cleaner_launching; then
         fi
     fi
 fi
-read -r TRAIN_FILES VAL_FILES < <("$PYTHON" -m cleaner.verl.cpu.smoke_data "$OUTPUT_DIR/data" --val-count "$VAL_COUNT")
+if [[ -z "${TRAIN_FILES:-}" ]]; then
+    read -r TRAIN_FILES VAL_FILES < <("$PYTHON" -m cleaner.verl.cpu.smoke_data "$OUTPUT_DIR/data" --val-count "$VAL_COUNT")
+fi
+: "${VAL_FILES:=$TRAIN_FILES}"
 export TRAIN_FILES VAL_FILES
 
+# In the background, in its own process group, so that a signal to this script stops the run at once (bash
+# would run the trap only after a foreground command returns).
+set -m
 cleaner_train tools \
     "actor_rollout_ref.rollout.name=$ROLLOUT_BACKEND" \
     actor_rollout_ref.rollout.checkpoint_engine.backend=naive \
@@ -97,7 +116,6 @@ cleaner_train tools \
     actor_rollout_ref.rollout.agent.num_workers=1 \
     "+actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu.max_new_tokens=$MAX_NEW_TOKENS" \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
-    actor_rollout_ref.model.use_remove_padding=False \
     actor_rollout_ref.model.enable_gradient_checkpointing=False \
     actor_rollout_ref.actor.use_torch_compile=False \
     actor_rollout_ref.ref.use_torch_compile=False \
@@ -110,4 +128,6 @@ cleaner_train tools \
     trainer.log_val_generations=0 \
     "+ray_kwargs.ray_init.num_cpus=$RAY_NUM_CPUS" \
     "+ray_kwargs.ray_init._temp_dir=$RAY_TMP" \
-    "$@"
+    "$@" &
+TRAIN_PID=$!
+wait "$TRAIN_PID"

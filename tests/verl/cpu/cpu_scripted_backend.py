@@ -1,0 +1,147 @@
+"""Test support: the `cleaner_cpu_scripted` rollout backend and a hook that saves the batch the actor trained on.
+
+verl imports this module in every process of a training run (`VERL_USE_EXTERNAL_MODULES=
+cleaner.verl.cpu.plugin,cpu_scripted_backend`, with this directory on PYTHONPATH): it registers a backend
+through the same route as `cleaner_cpu` (`cleaner.verl.cpu.rollout.register`) whose server, instead of
+sampling from the model, answers by a fixed policy read off the decoded prompt:
+
+- no tool result yet: a code block that fails (the problem's `failing` code);
+- the last tool result is that failure: the fixed code (SAAR's retry);
+- the last tool result is a success: a final answer, alternately right and wrong per problem, so a GRPO
+  group gets different rewards and the actor update has a non-zero advantage.
+
+Everything else (the real trainer, the FSDP actor, the weight sync into this server, the agent loop with
+SAAR, the python tool against a real code-judge, the reward) is the production path.
+
+With `CLEANER_TEST_BATCH_DUMP=<path>`, `RayPPOTrainer._update_actor` is wrapped to pickle the batch it
+trains on (token tensors and per-trajectory columns) before calling verl's original.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+from verl.workers.rollout.replica import TokenOutput
+
+from cleaner.verl.cpu import rollout as cpu_rollout
+from cleaner.verl.cpu import server as cpu_server
+
+BACKEND_NAME = "cleaner_cpu_scripted"
+BATCH_DUMP_ENV = "CLEANER_TEST_BATCH_DUMP"
+
+
+@dataclass(frozen=True)
+class ScriptedProblem:
+    marker: str  # a phrase of the problem's prompt
+    failing: str  # code of the first call (fails)
+    error_name: str  # what the judge reports for it
+    fixed: str  # code of the retry (succeeds, prints the answer)
+    answer: str
+
+
+PROBLEMS = (
+    # Shallow: the fix changes one identifier, similarity >= 0.5, only the call is replaced.
+    ScriptedProblem(
+        marker="sum of all integers from 1 to 200",
+        failing="total = sum(n for n in range(1, 201) if n % 3 == 0 or n % 5 == 0)\nprint(totl)",
+        error_name="NameError",
+        fixed="total = sum(n for n in range(1, 201) if n % 3 == 0 or n % 5 == 0)\nprint(total)",
+        answer="9368",
+    ),
+    # Deep: the retry is different code, similarity < 0.5, the whole turn is replaced.
+    ScriptedProblem(
+        marker="prime numbers are there below 500",
+        failing="print(len([p for p in range(2, 500) if all(p % d for d in range(2, p)]))",
+        error_name="SyntaxError",
+        fixed="import sympy\nprint(sympy.primepi(499))",
+        answer="95",
+    ),
+)
+TOOL_RESPONSE_TAG = "<tool_response>"
+
+
+def code_turn(code: str) -> str:
+    return f"Let me compute it.\n```python\n{code}\n```"
+
+
+def scripted_reply(prompt_text: str, final_answers_given: dict[str, int]) -> str:
+    """The scripted policy (module docstring); `final_answers_given` counts final answers per problem."""
+    found = [problem for problem in PROBLEMS if problem.marker in prompt_text]
+    if len(found) != 1:
+        raise LookupError(f"scripted backend: expected one known problem in the prompt, found {len(found)}")
+    problem = found[0]
+    if TOOL_RESPONSE_TAG not in prompt_text:
+        return code_turn(problem.failing)
+    last_result = prompt_text.rsplit(TOOL_RESPONSE_TAG, 1)[1]
+    if problem.error_name in last_result:
+        return code_turn(problem.fixed)
+    count = final_answers_given.get(problem.marker, 0)
+    final_answers_given[problem.marker] = count + 1
+    answer = problem.answer if count % 2 == 0 else "-1"
+    return f"The answer is \\boxed{{{answer}}}."
+
+
+class ScriptedGenerationServer(cpu_server.CpuGenerationServer):
+    """`CpuGenerationServer` whose generations come from `scripted_reply`; weight syncs are still received."""
+
+    async def launch(self) -> None:
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
+        self.model_config = omega_conf_to_dataclass(self.model_config, dataclass_type=HFModelConfig)
+        self.tokenizer = self.model_config.tokenizer
+        self._final_answers: dict[str, int] = {}
+        self.received: dict[str, Any] = {}
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **_: Any):
+        text = scripted_reply(self.tokenizer.decode(prompt_ids), self._final_answers)
+        token_ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        self.stats["requests"] += 1
+        self.stats["generated_tokens"] += len(token_ids)
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=[-0.5] * len(token_ids),
+            stop_reason="completed",
+            extra_fields={"global_steps": self.weights_step},
+        )
+
+    async def update_weights(self, weights: dict, global_steps: int | None) -> None:
+        self.received = {name: tuple(tensor.shape) for name, tensor in weights.items()}
+        self.weights_step = global_steps
+        self.stats["weight_syncs"] += 1
+
+    async def get_stats(self) -> dict[str, Any]:
+        return {**self.stats, "weights_step": self.weights_step, "received_tensors": len(self.received)}
+
+
+class ScriptedRolloutReplica(cpu_rollout.CpuRolloutReplica):
+    def server_class(self) -> type:
+        return ScriptedGenerationServer
+
+
+def _dump_batch_before_update(path: str) -> None:
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    original = RayPPOTrainer._update_actor
+    if getattr(original, "__scripted_dump__", False):
+        return
+
+    def _update_actor(self, batch):
+        record = {
+            "tensors": {key: value.clone() for key, value in batch.batch.items()},
+            "columns": {key: list(value) for key, value in batch.non_tensor_batch.items()},
+        }
+        with open(path, "wb") as handle:
+            pickle.dump(record, handle)
+        return original(self, batch)
+
+    _update_actor.__scripted_dump__ = True
+    RayPPOTrainer._update_actor = _update_actor
+
+
+cpu_rollout.register(BACKEND_NAME, ScriptedRolloutReplica)
+if os.environ.get(BATCH_DUMP_ENV):
+    _dump_batch_before_update(os.environ[BATCH_DUMP_ENV])
