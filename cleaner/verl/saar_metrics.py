@@ -3,6 +3,9 @@
 Every number is a statistic of `cleaner.saar.aggregate.summarize_saar` (the definition `cleaner rollout`,
 `cleaner eval` and the report use too), under the trainer's metric names. A ratio whose denominator is zero
 is left out rather than logged as 0, which would read as "everything failed".
+
+The reference implementation's metric names are logged too (same statistic, correct counts), so dashboards
+built on them keep working: see REFERENCE_NAMES and `score_acc_metrics`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,14 @@ __all__ = ["SaarStatsError", "aggregate_saar_metrics", "rows_from_columns"]
 
 ROLLBACK = "rollback/"
 TOOL_CALLS = "tool_calls/"
+# The reference's name -> ours, for the same statistic.
+REFERENCE_NAMES: dict[str, str] = {
+    ROLLBACK + "rollback_full_turn_count": ROLLBACK + "deep",
+    ROLLBACK + "rollback_tool_call_only_count": ROLLBACK + "shallow",
+    TOOL_CALLS + "total_attempts": TOOL_CALLS + "first_attempt",
+    TOOL_CALLS + "success_rate": TOOL_CALLS + "first_attempt_success_rate",
+}
+SCORE_ACC = "critic/score/acc"
 # Prefix for the same metrics computed on validation rollouts (verl's own auxiliary validation section).
 VALIDATION_PREFIX = "val-aux/"
 
@@ -70,12 +81,20 @@ def aggregate_saar_metrics(rows: Sequence[Mapping[str, Any]], prefix: str = "") 
     if summary is None:
         return {}
     groups = ((ROLLBACK, _rollback_metrics(summary)), (TOOL_CALLS, _tool_call_metrics(summary)))
-    return {
-        f"{prefix}{group}{name}": float(value)
-        for group, metrics in groups
-        for name, value in metrics.items()
-        if value is not None
+    metrics = {
+        f"{group}{name}": float(value) for group, named in groups for name, value in named.items() if value is not None
     }
+    metrics.update({reference: metrics[ours] for reference, ours in REFERENCE_NAMES.items() if ours in metrics})
+    return {prefix + name: value for name, value in metrics.items()}
+
+
+def score_acc_metrics(acc_values: Sequence[Any]) -> dict[str, float]:
+    """`critic/score/acc`: the share of the step's trajectories whose reward says fully correct (`acc` >= 1).
+
+    Rows without an `acc` (None: another reward function in a mixed batch) are left out; none at all, no metric.
+    """
+    values = [float(value) >= 1.0 for value in acc_values if value is not None]
+    return {SCORE_ACC: sum(values) / len(values)} if values else {}
 
 
 def rows_from_columns(columns: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:

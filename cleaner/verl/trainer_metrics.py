@@ -1,4 +1,5 @@
-"""Put the rollback/* and tool_calls/* metrics into what verl's trainers log, for training and validation.
+"""Put the rollback/* and tool_calls/* metrics into what verl's trainers log, for training and validation,
+and `critic/score/acc` (the share of fully correct trajectories, as the reference logs it) for training.
 
 verl 0.9.1 has no extension point that carries per-trajectory agent-loop fields into a step's logged
 metrics (console, wandb, ... via `Tracking.log`):
@@ -30,7 +31,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from cleaner.verl.saar_metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns
+from cleaner.verl.saar_metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns, score_acc_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ def _wrap_compute_data_metrics(original: Callable) -> Callable:
     def compute_data_metrics(batch, *args, **kwargs):
         metrics = original(batch, *args, **kwargs)
         metrics.update(aggregate_saar_metrics(rows_from_columns(batch.non_tensor_batch)))
+        # The reward's extra info (acc, pred, ...) is a column of the batch by now (verl's extract_reward).
+        metrics.update(score_acc_metrics(batch.non_tensor_batch.get("acc", [])))
         return metrics
 
     return _mark(compute_data_metrics)
@@ -127,7 +130,10 @@ def _wrap_v1_compute_metrics(original: Callable) -> Callable:
     @functools.wraps(original)
     def _compute_metrics(self, batch, metrics, *args, **kwargs):
         result = original(self, batch, metrics, *args, **kwargs)
-        metrics.update(aggregate_saar_metrics(_sampled_rows(batch)))
+        rows = _sampled_rows(batch)
+        metrics.update(aggregate_saar_metrics(rows))
+        # The agent-loop worker stores the reward's extra info (acc, pred, ...) in each trajectory's extra_fields.
+        metrics.update(score_acc_metrics([(row.get("reward_extra_info") or {}).get("acc") for row in rows]))
         return result
 
     return _mark(_compute_metrics)

@@ -219,14 +219,21 @@ def test_training_batch_carries_every_saar_column_and_the_logged_metrics(manager
         assert got == EXPECTED_TRAINING[marker], marker
         assert batch.non_tensor_batch["saar_rollback_enabled"][row] == 1
 
-    # what RayPPOTrainer.fit() passes to its logger: compute_data_metrics(batch) is hooked
+    # what RayPPOTrainer.fit() passes to its logger: compute_data_metrics(batch) is hooked. By then verl's
+    # extract_reward has put the reward's extra info in the batch: an `acc` column (partial credit is not correct).
+    batch.non_tensor_batch["acc"] = np.array([1.0, 0.5, 0.0, True], dtype=object)
     metrics = ray_trainer.compute_data_metrics(batch=with_training_tensors(batch), use_critic=False)
+    assert metrics["critic/score/acc"] == pytest.approx(2 / 4)
     assert "critic/score/mean" in metrics  # verl's own metrics are still there
     assert metrics["rollback/triggered"] == 3
     assert metrics["rollback/recovered"] == 2
     assert metrics["rollback/failed"] == 1
     assert metrics["rollback/recovery_rate"] == pytest.approx(2 / 3)
     assert (metrics["rollback/shallow"], metrics["rollback/deep"]) == (1, 1)
+    # the reference's names, same counts
+    assert (metrics["rollback/rollback_tool_call_only_count"], metrics["rollback/rollback_full_turn_count"]) == (1, 1)
+    assert metrics["tool_calls/total_attempts"] == metrics["tool_calls/first_attempt"] == 4
+    assert metrics["tool_calls/success_rate"] == metrics["tool_calls/first_attempt_success_rate"]
     assert metrics["rollback/retries"] == 4
     assert metrics["tool_calls/total"] == 8
     assert metrics["tool_calls/first_attempt_success_rate"] == pytest.approx(1 / 4)

@@ -19,6 +19,7 @@ from test_worker_saar_metrics import EXPECTED_TRAINING, SCRIPTS, LLMClient, mode
 from transfer_queue.metadata import KVBatchMeta
 from verl.utils import tensordict_utils as tu
 
+from cleaner.names import AGENT_NAME
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl import trainer_metrics
 from cleaner.verl.agent_loop_manager import CleanerAgentLoopWorkerTQ
@@ -84,7 +85,7 @@ def prompt_batch(markers: list[str], *, validate: bool):
     batch = tu.get_tensordict(
         {
             "raw_prompt": [[{"role": "user", "content": f"{m}: what is 1+...+10? Use Python."}] for m in markers],
-            "agent_name": ["cleaner_tool_agent"] * len(markers),
+            "agent_name": [AGENT_NAME] * len(markers),
             "index": torch.arange(len(markers)),
             "uid": [f"uid{i}" for i in range(len(markers))],
             "data_source": ["unit"] * len(markers),
@@ -113,6 +114,10 @@ async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue):
         assert set(EXTRA_FIELD_KEYS) <= fields.keys()
         assert (fields["saar_tool_calls"], fields["saar_rollbacks_triggered"]) == EXPECTED_TRAINING[marker][:2]
 
+    # The v1 worker stores the reward's extra info with each trajectory (here: no reward ran, so set it).
+    for key, acc in zip(batch.keys, [True, False, 0.5, 1.0], strict=False):
+        queue.partitions["train"][key]["extra_fields"]["reward_extra_info"] = {"acc": acc}
+
     def verl_compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         metrics["training/global_step"] = global_steps
 
@@ -122,6 +127,8 @@ async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue):
     assert metrics["training/global_step"] == 1
     assert (metrics["rollback/triggered"], metrics["rollback/recovered"], metrics["rollback/failed"]) == (3, 2, 1)
     assert metrics["tool_calls/total"] == 8
+    assert metrics["tool_calls/total_attempts"] == metrics["tool_calls/first_attempt"]
+    assert metrics["critic/score/acc"] == pytest.approx(2 / 4)
 
     # padding entries that verl adds to fill a batch are not counted twice
     padded = KVBatchMeta(
