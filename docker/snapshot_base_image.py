@@ -2,8 +2,9 @@
 
 No Docker engine needed. pip resolves what lmsysorg/sglang:v0.5.12 (the base of verlai/verl:sgl0512.latest)
 installs, SGLang 0.5.12 with torch 2.11.0, for the image's Python 3.12, from the releases PyPI had at the end of
-the day SGLang 0.5.12 was published. It reads each wheel's metadata through HTTP range requests (pip's `fast-deps`), so no
-CUDA wheel is downloaded (85 MB in all here, where the PyPI mirror serves no separate metadata files).
+the day SGLang 0.5.12 was published. It reads each wheel's metadata through HTTP range requests (pip's
+`fast-deps`), so no CUDA wheel is downloaded (85 MB in all here, where the PyPI mirror serves no separate
+metadata files).
 The snapshot stands in for the image in docker/check_image_resolution.py; refresh it when the base image changes.
 
     python docker/snapshot_base_image.py --python /path/to/python3.12
