@@ -1,13 +1,14 @@
 """SAAR settings, read from verl's `actor_rollout_ref.rollout.multi_turn` section.
 
-The first three keys are the reference code's, so its recipes' `+...multi_turn.<key>=` overrides keep
-working; the others are settings the reference had hard-coded.
+Every key the reference code's recipes pass (`+...multi_turn.<key>=`) is a field here, so its lines keep
+working; the others are settings the reference had hard-coded. The keys are the dataclass's fields
+(`CONFIG_KEYS`), so a new field is read, and accepted by verl's config schema, without another list to edit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, MODEL_ERROR_CATEGORIES, ErrorCategory
@@ -17,17 +18,6 @@ from cleaner.saar.similarity import SIMILARITIES
 # the sampling params under this key, because verl hands agent loops no such flag; the loop strips it
 # before anything reaches the inference server.
 VALIDATE_FLAG_KEY = "__cleaner_validate__"
-
-CONFIG_KEYS = (
-    "enable_tool_rollback",
-    "max_tool_retries",
-    "rollback_probability",
-    "rollback_similarity_threshold",
-    "rollback_similarity",
-    "rollback_in_validation",
-    "rollback_on_errors",
-    "rollback_seed",
-)
 
 
 class SaarConfigError(ValueError):
@@ -44,6 +34,9 @@ class SaarConfig:
     rollback_in_validation: bool = False
     rollback_on_errors: tuple[ErrorCategory, ...] = MODEL_ERROR_CATEGORIES
     rollback_seed: int = 0
+    # Negative samples (the reference's keys and defaults): keep failed attempts as extra training samples.
+    save_negative_samples: bool = False
+    max_negative_samples_per_group: int = 1  # cap per trajectory (the reference's scripts pass 0)
 
     def __post_init__(self) -> None:
         _require(isinstance(self.enable_tool_rollback, bool), "enable_tool_rollback must be true or false")
@@ -66,6 +59,11 @@ class SaarConfig:
         )
         _require(_is_int(self.rollback_seed), f"rollback_seed must be an integer, got {self.rollback_seed!r}")
         _require(len(self.rollback_on_errors) > 0, "rollback_on_errors must name at least one model error category")
+        _require(isinstance(self.save_negative_samples, bool), "save_negative_samples must be true or false")
+        _require(
+            _is_int(self.max_negative_samples_per_group) and self.max_negative_samples_per_group >= 0,
+            f"max_negative_samples_per_group must be an integer >= 0, got {self.max_negative_samples_per_group!r}",
+        )
 
     @classmethod
     def from_multi_turn(cls, multi_turn: Mapping[str, Any] | None) -> SaarConfig:
@@ -75,6 +73,10 @@ class SaarConfig:
         if "rollback_on_errors" in values:
             values["rollback_on_errors"] = parse_error_categories(values["rollback_on_errors"])
         return cls(**values)
+
+
+# The multi_turn keys SAAR reads: exactly the fields of SaarConfig.
+CONFIG_KEYS: tuple[str, ...] = tuple(spec.name for spec in fields(SaarConfig))
 
 
 def parse_error_categories(raw: Any) -> tuple[ErrorCategory, ...]:

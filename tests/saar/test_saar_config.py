@@ -1,6 +1,8 @@
 import pytest
 
-from cleaner.saar.config import SaarConfig, SaarConfigError
+from dataclasses import fields
+
+from cleaner.saar.config import CONFIG_KEYS, SaarConfig, SaarConfigError
 from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES, ErrorCategory
 
 
@@ -13,6 +15,32 @@ def test_defaults_match_the_reference_and_paper():
     assert config.rollback_similarity == "difflib"
     assert config.rollback_in_validation is False
     assert config.rollback_on_errors == MODEL_ERROR_CATEGORIES
+    assert (config.save_negative_samples, config.max_negative_samples_per_group) == (False, 1)
+
+
+# A valid value other than the default for every field: a new field without one here fails the test below.
+NON_DEFAULT = {
+    "enable_tool_rollback": True,
+    "max_tool_retries": 2,
+    "rollback_probability": 0.7,
+    "rollback_similarity_threshold": 0.8,
+    "rollback_similarity": "token",
+    "rollback_in_validation": True,
+    "rollback_on_errors": ["timeout"],
+    "rollback_seed": 11,
+    "save_negative_samples": True,
+    "max_negative_samples_per_group": 0,
+}
+
+
+def test_every_field_is_a_multi_turn_key_and_is_read():
+    assert CONFIG_KEYS == tuple(spec.name for spec in fields(SaarConfig))
+    missing = [key for key in CONFIG_KEYS if key not in NON_DEFAULT]
+    assert not missing, f"add a non-default value for {missing} to NON_DEFAULT"
+    config = SaarConfig.from_multi_turn(NON_DEFAULT)
+    for key, value in NON_DEFAULT.items():
+        got = getattr(config, key)
+        assert (got == (ErrorCategory.TIMEOUT,)) if key == "rollback_on_errors" else (got == value), key
 
 
 def test_reads_reference_override_keys_and_ignores_verl_keys():
@@ -58,6 +86,8 @@ def test_reads_an_omegaconf_section():
         ({"rollback_on_errors": ["queue_timeout"]}, "infrastructure error"),
         ({"rollback_on_errors": ["NameError"]}, "only labels"),
         ({"rollback_on_errors": ["segfault"]}, "unknown category"),
+        ({"save_negative_samples": 1}, "save_negative_samples"),
+        ({"max_negative_samples_per_group": -1}, "max_negative_samples_per_group"),
     ],
 )
 def test_invalid_settings_fail_with_a_message_naming_the_key(overrides, message):

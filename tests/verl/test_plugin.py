@@ -13,6 +13,7 @@ import pytest
 
 from cleaner.names import AGENT_NAME
 from cleaner.resources import AGENT_LOOP_CONFIG, resource_path
+from cleaner.saar.config import SaarConfig
 from cleaner.verl import multi_turn_config, plugin
 from cleaner.verl.trainer_config import compose_trainer_config
 
@@ -140,10 +141,13 @@ def compose_rollout(overrides: list[str]):
     return config.actor_rollout_ref.rollout
 
 
+# Every multi_turn line of the reference's recipes (values as its scripts pass them, K changed to 2).
 REFERENCE_OVERRIDES = [
     "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True",
     "+actor_rollout_ref.rollout.multi_turn.max_tool_retries=2",
     "+actor_rollout_ref.rollout.multi_turn.rollback_probability=0.5",
+    "+actor_rollout_ref.rollout.multi_turn.save_negative_samples=False",
+    "+actor_rollout_ref.rollout.multi_turn.max_negative_samples_per_group=0",
 ]
 
 
@@ -170,7 +174,10 @@ def test_reference_overrides_need_the_saar_multi_turn_schema():
         2,
         0.5,
     )
+    assert (multi_turn.save_negative_samples, multi_turn.max_negative_samples_per_group) == (False, 0)
     assert multi_turn.rollback_similarity is None  # unset: the agent loop applies SaarConfig's default
+    saar = SaarConfig.from_multi_turn(compose_rollout(REFERENCE_OVERRIDES).multi_turn)
+    assert (saar.enable_tool_rollback, saar.max_tool_retries, saar.max_negative_samples_per_group) == (True, 2, 0)
     assert multi_turn.format == "hermes"  # verl's own fields are untouched
 
     with pytest.raises(InstantiationException, match="enable_tool_rolback"):  # a typo is still rejected
