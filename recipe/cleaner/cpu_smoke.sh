@@ -54,7 +54,8 @@ export PATH="$ROOT/.venv/bin:$PATH"
 
 STARTED_JUDGE_PID=""
 TRAIN_PID=""
-RAY_TMP="$OUTPUT_DIR/ray"
+# Ray's session dir holds unix sockets, whose paths must stay under 108 bytes: a short dir of its own in /tmp.
+RAY_TMP="$(mktemp -d /tmp/cleaner-ray-XXXXXX)"
 cpu_smoke_cleanup() {
     local status=$?
     if [[ -n "$TRAIN_PID" ]] && kill -0 "$TRAIN_PID" 2>/dev/null; then
@@ -71,9 +72,8 @@ cpu_smoke_cleanup() {
         wait "$STARTED_JUDGE_PID" 2>/dev/null || true
     fi
     # The trainer stops its own Ray cluster on a normal exit; after a failure, stop the one it started here.
-    if [[ -d "$RAY_TMP" ]]; then
-        "$PYTHON" -m cleaner.verl.cpu.ray_cleanup "$RAY_TMP" || true
-    fi
+    "$PYTHON" -m cleaner.verl.cpu.ray_cleanup "$RAY_TMP" || true
+    rm -rf "$RAY_TMP"
     exit "$status"
 }
 trap cpu_smoke_cleanup EXIT

@@ -49,6 +49,7 @@ def run(tmp_path_factory, tiny_model_dir, judge_url):
         "ROLLOUT_N": str(ROLLOUT_N),
         "TRAIN_BATCH_SIZE": str(len(PROBLEMS)),
         "TOTAL_TRAINING_STEPS": "1",
+        "TEST_FREQ": "-1",  # no validation pass: the step is what is under test
         "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         "VERL_USE_EXTERNAL_MODULES": "cleaner.verl.cpu.plugin,cpu_scripted_backend",
         BATCH_DUMP_ENV: str(work / "batch.pkl"),
