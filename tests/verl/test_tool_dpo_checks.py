@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cleaner.saar.config import SaarConfigError
-from cleaner.verl.tool_dpo import check_tool_dpo_config
+from cleaner.verl.tool_dpo.checks import check_tool_dpo_config, tool_dpo_problems
 from cleaner.verl.tool_dpo.settings import ToolDpoConfigError
 from cleaner.verl.trainer_config import compose_trainer_config
 
@@ -55,7 +55,12 @@ def test_negatives_without_dpo_pass(config):
 
 
 def test_a_plain_grpo_config_is_not_concerned():
-    check_tool_dpo_config(compose_trainer_config(["algorithm.adv_estimator=grpo"]))
+    assert tool_dpo_problems(compose_trainer_config(["algorithm.adv_estimator=grpo"])) == []
+
+
+def test_problems_are_reported_as_config_checks_report_them(config):
+    [problem] = tool_dpo_problems(config({"trainer.use_v1": False}))
+    assert "trainer.use_v1=True" in problem
 
 
 @pytest.mark.parametrize(

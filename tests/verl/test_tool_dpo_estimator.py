@@ -11,13 +11,8 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 
 from cleaner.saar.negatives import CallSpan, Link, SampleLinks
-from cleaner.verl.tool_dpo.estimator import (
-    DAPO_TOOL_DPO,
-    GRPO_TOOL_DPO,
-    ToolDpoError,
-    tool_dpo_advantages,
-)
-from cleaner.verl.tool_dpo.settings import ToolDpoConfigError, ToolDpoSettings
+from cleaner.verl.tool_dpo.estimator import ToolDpoError, tool_dpo_advantages
+from cleaner.verl.tool_dpo.settings import DAPO_TOOL_DPO, GRPO_TOOL_DPO, ToolDpoConfigError, ToolDpoSettings
 
 WIDTH = 8
 DPO = ToolDpoSettings(use_dpo_on_tool_calls=True, dpo_beta=0.1, dpo_max_adjustment_ratio=0.1)

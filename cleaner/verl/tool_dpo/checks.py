@@ -1,5 +1,6 @@
 """Config-time checks of negative samples and the tool-DPO estimators: a setting that cannot train fails here,
-with the key named, instead of hours into a run (the recipes' DRY_RUN and the trainer's start-up both run it).
+with the key named, instead of hours into a run. `tool_dpo_problems` is one of `cleaner.verl.config_checks`'
+checks, so the recipes' DRY_RUN and preflight and the trainer's start-up all run it. Nothing here imports verl.
 """
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cleaner.saar.config import SaarConfig
-from cleaner.verl.tool_dpo.estimator import ESTIMATORS
-from cleaner.verl.tool_dpo.settings import USE_DPO_KEY, ToolDpoConfigError, ToolDpoSettings
+from cleaner.verl.tool_dpo.settings import ESTIMATORS, USE_DPO_KEY, ToolDpoConfigError, ToolDpoSettings
 
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
@@ -63,6 +63,15 @@ def check_tool_dpo_config(config: Any) -> None:
             f"{MANAGER_KEY}={manager!r}: negative samples and algorithm.adv_estimator={estimator} need "
             f"{CLEANER_MANAGERS[0]}, which hooks the estimator into the trainer"
         )
+
+
+def tool_dpo_problems(config: Any) -> list[str]:
+    """The first problem of the settings, as `cleaner.verl.config_checks` reports problems (none: empty)."""
+    try:
+        check_tool_dpo_config(config)
+    except ToolDpoConfigError as exc:
+        return [str(exc)]
+    return []
 
 
 def _fail(message: str) -> None:

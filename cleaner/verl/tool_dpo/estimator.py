@@ -37,11 +37,8 @@ import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from cleaner.saar.negatives import SampleLinks
-from cleaner.verl.tool_dpo.settings import ToolDpoSettings
+from cleaner.verl.tool_dpo.settings import DAPO_TOOL_DPO, GRPO_TOOL_DPO, ToolDpoSettings
 
-GRPO_TOOL_DPO = "grpo_tool_dpo"
-DAPO_TOOL_DPO = "dapo_tool_dpo"
-ESTIMATORS = (GRPO_TOOL_DPO, DAPO_TOOL_DPO)
 EPSILON = 1e-6  # as verl's GRPO
 
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cleaner.saar.negatives import SampleLinks, read_sample_links
-from cleaner.verl.tool_dpo.estimator import ESTIMATORS, ToolDpoError
+from cleaner.verl.tool_dpo.estimator import ToolDpoError
+from cleaner.verl.tool_dpo.settings import ESTIMATORS
 
 logger = logging.getLogger(__name__)
 

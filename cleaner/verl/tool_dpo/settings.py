@@ -6,7 +6,7 @@
 | `algorithm.dpo_beta` | 0.1 | beta, > 0 |
 | `algorithm.dpo_max_adjustment_ratio` | 0.1 | cap on the adjustment of one token, > 0. Despite the name it is an absolute amount added to (or taken from) a token's advantage, not a ratio of it |
 
-They are not in verl's `algorithm` schema, so recipes pass them with a `+` (`+algorithm.dpo_beta=0.1`).
+Nothing here imports verl, so the config checks can use it anywhere. The keys are not in verl's `algorithm` schema, so recipes pass them with a `+` (`+algorithm.dpo_beta=0.1`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# The registered advantage estimators (cleaner.verl.tool_dpo.estimator); spelled here, where no verl is imported.
+GRPO_TOOL_DPO = "grpo_tool_dpo"
+DAPO_TOOL_DPO = "dapo_tool_dpo"
+ESTIMATORS = (GRPO_TOOL_DPO, DAPO_TOOL_DPO)
 
 USE_DPO_KEY = "use_dpo_on_tool_calls"
 BETA_KEY = "dpo_beta"
