@@ -44,7 +44,8 @@ class PluginError(RuntimeError):
 
 def register() -> None:
     """Import the agent loop and the tool parsers, whose decorators add them to verl's registries."""
-    for module in (AGENT_LOOP_MODULE, TOOL_PARSER_MODULE):
+    # The last one registers the tool-DPO advantage estimators (docs/negative-samples.md).
+    for module in (AGENT_LOOP_MODULE, TOOL_PARSER_MODULE, "cleaner.verl.tool_dpo.estimator"):
         _import_loudly(module)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -238,3 +240,16 @@ def test_registered_with_verl_and_refuses_to_run_without_the_trainer_hook(name):
 def test_bad_settings_name_their_key(values, key):
     with pytest.raises(ToolDpoConfigError, match=f"algorithm.{key}"):
         ToolDpoSettings.from_algorithm(values)
+
+
+@pytest.mark.slow
+def test_import_verl_alone_registers_both_estimators():
+    """The `verl.plugins` entry point (cleaner.verl.plugin) registers them in any process that imports verl."""
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY\n"
+        "print(sorted(name for name in ADV_ESTIMATOR_REGISTRY if name.endswith('_tool_dpo')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(sorted([DAPO_TOOL_DPO, GRPO_TOOL_DPO]))
