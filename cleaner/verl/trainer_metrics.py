@@ -20,6 +20,8 @@ and adds `cleaner.verl.saar_metrics.aggregate_saar_metrics` of their `saar_*` st
 |         |                                                   | samples (before the trainer clears it)           |
 
 The wrappers call verl's original first and only add keys; batches without `saar_*` stats add nothing.
+`install()` first checks that the installed verl still has these methods with the expected parameters
+(`cleaner.verl.private_api`), so a verl upgrade fails at start-up with a message naming each difference.
 `install()` is called by `cleaner.verl.agent_loop_manager.CleanerAgentLoopManager`, which verl constructs in
 the trainer's own process, so choosing that manager class is the single opt-in.
 """
@@ -29,8 +31,10 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
+from cleaner.verl.private_api import require_verl_api
 from cleaner.verl.saar_metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns, score_acc_metrics
 
 logger = logging.getLogger(__name__)
@@ -63,17 +67,18 @@ def _wrap_compute_data_metrics(original: Callable) -> Callable:
     return _mark(compute_data_metrics)
 
 
-class _ValidationRows:
-    """Rows of the validation batches seen while a `_validate` call runs (None outside of one)."""
-
-    rows: list[dict[str, Any]] | None = None
+# Rows of the validation batches seen while a legacy `_validate` call runs (None outside of one). verl's
+# `extract_reward` is a module-level function with no trainer at hand, so the running `_validate` hands it
+# this collector through the context.
+_validation_rows: ContextVar[list[dict[str, Any]] | None] = ContextVar("cleaner_validation_rows", default=None)
 
 
 def _wrap_extract_reward(original: Callable) -> Callable:
     @functools.wraps(original)
     def extract_reward(batch, *args, **kwargs):
-        if _ValidationRows.rows is not None:
-            _ValidationRows.rows.extend(rows_from_columns(batch.non_tensor_batch))
+        rows = _validation_rows.get()
+        if rows is not None:
+            rows.extend(rows_from_columns(batch.non_tensor_batch))
         return original(batch, *args, **kwargs)
 
     return _mark(extract_reward)
@@ -82,12 +87,12 @@ def _wrap_extract_reward(original: Callable) -> Callable:
 def _wrap_legacy_validate(original: Callable) -> Callable:
     @functools.wraps(original)
     def _validate(self, merged: bool = False):
-        _ValidationRows.rows = []
+        rows: list[dict[str, Any]] = []
+        token = _validation_rows.set(rows)
         try:
             result = original(self, merged=merged)
-            rows = _ValidationRows.rows
         finally:
-            _ValidationRows.rows = None
+            _validation_rows.reset(token)
         # merged=True returns raw per-sample lists for a later merge, not metrics.
         if not merged:
             result.update(aggregate_saar_metrics(rows, prefix=VALIDATION_PREFIX))
@@ -173,7 +178,8 @@ def _install_v1() -> None:
 
 
 def install() -> None:
-    """Wrap both trainers' metric assembly in this process (idempotent)."""
+    """Wrap both trainers' metric assembly in this process (idempotent); refuse a verl whose hooks changed."""
+    require_verl_api()
     _install_legacy()
     _install_v1()
     logger.info("cleaner: rollback/* and tool_calls/* metrics hooked into verl's legacy and v1 trainers")

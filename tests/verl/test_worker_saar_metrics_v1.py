@@ -9,6 +9,7 @@ needs a Ray cluster with several CPUs for its controller and storage actors.
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -104,7 +105,7 @@ async def run_worker(worker, markers, *, validate: bool) -> None:
     await asyncio.gather(*list(worker.background_tasks))
 
 
-async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue):
+async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue, trainer_config):  # noqa: F811
     markers = list(SCRIPTS)
     await run_worker(worker, markers, validate=False)
     batch = queue.batch("train")
@@ -114,17 +115,21 @@ async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue):
         assert set(EXTRA_FIELD_KEYS) <= fields.keys()
         assert (fields["saar_tool_calls"], fields["saar_rollbacks_triggered"]) == EXPECTED_TRAINING[marker][:2]
 
-    # The v1 worker stores the reward's extra info with each trajectory (here: no reward ran, so set it).
-    for key, acc in zip(batch.keys, [True, False, 0.5, 1.0], strict=False):
-        queue.partitions["train"][key]["extra_fields"]["reward_extra_info"] = {"acc": acc}
+    # The v1 worker stores the reward's extra info with each trajectory (here: no reward ran, so set it), and
+    # the trainer adds rewards and advantages before it computes metrics (zeros here), and the version tags.
+    for key, acc in zip(batch.keys, [True, False, 0.5, 1.0], strict=True):
+        row = queue.partitions["train"][key]
+        row["extra_fields"]["reward_extra_info"] = {"acc": acc}
+        zeros = torch.zeros(len(row["responses"]), dtype=torch.float32)
+        for name in ("values", "advantages", "returns", "rm_scores", "token_level_rewards"):
+            row[name] = zeros.clone()
+        queue.tags["train"][key].update(min_global_steps=1, max_global_steps=1)
+    batch = queue.batch("train")
 
-    def verl_compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        metrics["training/global_step"] = global_steps
-
-    metrics: dict[str, float] = {}
-    hooked = trainer_metrics._wrap_v1_compute_metrics(verl_compute_metrics)
-    hooked(object(), batch, metrics, {}, global_steps=1, epoch=0)
-    assert metrics["training/global_step"] == 1
+    trainer_metrics.install()  # wraps verl's real PPOTrainer._compute_metrics, which then runs for real
+    metrics = compute_metrics(trainer_config, batch)
+    assert metrics["training/global_step"] == 1 and "critic/score/mean" in metrics  # verl's own metrics
+    assert metrics["response_length/mean"] > 0
     assert (metrics["rollback/triggered"], metrics["rollback/recovered"], metrics["rollback/failed"]) == (3, 2, 1)
     assert metrics["tool_calls/total"] == 8
     assert metrics["tool_calls/total_attempts"] == metrics["tool_calls/first_attempt"]
@@ -134,9 +139,25 @@ async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue):
     padded = KVBatchMeta(
         keys=batch.keys, tags=[{**tag, "is_padding": i == 0} for i, tag in enumerate(batch.tags)], partition_id="train"
     )
-    metrics = {}
-    hooked(object(), padded, metrics, {}, global_steps=1, epoch=0)
+    metrics = compute_metrics(trainer_config, padded)
     assert metrics["rollback/trajectories"] == len(markers) - 1
+
+
+def compute_metrics(config, batch: KVBatchMeta) -> dict[str, float]:
+    """verl's own `PPOTrainer._compute_metrics` on a trainer holding just the attributes it reads."""
+    from verl.trainer.ppo.metric_utils import RolloutMoELoadBalanceMetricsAccumulator
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    # PPOTrainer is abstract in its step callbacks, which _compute_metrics never calls.
+    concrete = type("Trainer", (PPOTrainer,), {"on_sample_end": lambda *a: None, "on_step_end": lambda *a: None})
+    trainer = object.__new__(concrete)
+    trainer.config = config
+    trainer.use_critic = False
+    trainer._rollout_moe_lb_metrics_accumulator = RolloutMoELoadBalanceMetricsAccumulator()
+    trainer.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: 1)
+    metrics: dict[str, float] = {}
+    PPOTrainer._compute_metrics(trainer, batch, metrics, {"step": 1.0}, global_steps=1, epoch=0)
+    return metrics
 
 
 async def test_v1_validation_reads_each_batch_before_the_trainer_clears_it(worker, queue):

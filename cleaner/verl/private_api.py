@@ -1,0 +1,135 @@
+"""The private verl 0.9.1 methods cleaner wraps or overrides, and the check that the installed verl still has them.
+
+verl has no extension point for what cleaner adds (trainer metrics, a validate flag per trajectory, SAAR
+inside the tool loop), so cleaner wraps or overrides these methods. A verl upgrade that renames one, or
+changes its parameters, would otherwise fail obscurely at training time (or silently log nothing):
+`verl_api_problems()` names each difference, `require_verl_api()` raises with all of them, and the trainer
+hooks call it before wrapping anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+
+import verl
+
+PINNED_VERL = "0.9.1"
+
+
+@dataclass(frozen=True)
+class PrivateMethod:
+    module: str
+    qualname: str  # "Class.method" or a module-level function
+    parameters: tuple[str, ...]  # the leading parameter names cleaner relies on, in order
+    used_by: str  # what in cleaner depends on it
+
+
+PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
+    # trainer metric hooks (cleaner.verl.trainer_metrics)
+    PrivateMethod("verl.trainer.ppo.ray_trainer", "compute_data_metrics", ("batch", "use_critic"), "trainer_metrics"),
+    PrivateMethod("verl.trainer.ppo.ray_trainer", "extract_reward", ("batch",), "trainer_metrics"),
+    PrivateMethod("verl.trainer.ppo.ray_trainer", "RayPPOTrainer._validate", ("self", "merged"), "trainer_metrics"),
+    PrivateMethod(
+        "verl.trainer.ppo.v1.trainer_base",
+        "PPOTrainer._compute_metrics",
+        ("self", "batch", "metrics", "timing_raw", "global_steps", "epoch"),
+        "trainer_metrics",
+    ),
+    PrivateMethod("verl.trainer.ppo.v1.trainer_base", "PPOTrainer._validate", ("self",), "trainer_metrics"),
+    PrivateMethod(
+        "verl.trainer.ppo.v1.replay_buffer",
+        "ReplayBuffer.sample",
+        ("self", "global_steps", "partition_id", "batch_size"),
+        "trainer_metrics (v1 validation rows)",
+    ),
+    # the validate flag handed to the agent loop (cleaner.verl.agent_loop_manager)
+    PrivateMethod(
+        "verl.experimental.agent_loop.agent_loop",
+        "AgentLoopWorker._run_agent_loop",
+        ("self", "sampling_params", "trajectory"),
+        "agent_loop_manager",
+    ),
+    PrivateMethod(
+        "verl.trainer.ppo.v1.agent_loop_tq",
+        "AgentLoopWorkerTQ.__ray_actor_class__._run_agent_loop",
+        ("self", "sampling_params", "trajectory"),
+        "agent_loop_manager",
+    ),
+    # SAAR inside verl's tool loop (cleaner.verl.agent_loop)
+    PrivateMethod(
+        "verl.experimental.agent_loop.tool_agent_loop",
+        "ToolAgentLoop._handle_generating_state",
+        ("self", "agent_data", "sampling_params", "ignore_termination"),
+        "agent_loop",
+    ),
+    PrivateMethod(
+        "verl.experimental.agent_loop.tool_agent_loop",
+        "ToolAgentLoop._handle_processing_tools_state",
+        ("self", "agent_data"),
+        "agent_loop",
+    ),
+    PrivateMethod(
+        "verl.experimental.agent_loop.tool_agent_loop",
+        "ToolAgentLoop._call_tool",
+        ("self", "tool_call", "tools_kwargs", "agent_data"),
+        "agent_loop",
+    ),
+    PrivateMethod(
+        "verl.experimental.agent_loop.tool_agent_loop",
+        "ToolAgentLoop.ct_merge_context_msg",
+        ("self", "previous_messages", "updated_messages", "runtime_token_ids", "response_mask", "response_logprobs"),
+        "agent_loop",
+    ),
+    PrivateMethod(
+        "verl.experimental.agent_loop.tool_agent_loop",
+        "ToolAgentLoop._build_assistant_message",
+        ("self", "content", "agent_data"),
+        "agent_loop",
+    ),
+    # the reward manager (cleaner.verl.reward_manager)
+    PrivateMethod(
+        "verl.experimental.reward_loop.reward_manager.dapo",
+        "DAPORewardManager.run_single",
+        ("self", "data"),
+        "reward_manager",
+    ),
+)
+
+
+def _resolve(method: PrivateMethod):
+    target = importlib.import_module(method.module)
+    for part in method.qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def verl_api_problems() -> list[str]:
+    """One line per private method that is missing or whose parameters changed in the installed verl."""
+    problems = []
+    for method in PRIVATE_METHODS:
+        where = f"{method.module}.{method.qualname} (used by cleaner.verl.{method.used_by})"
+        try:
+            target = _resolve(method)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{where} is missing: {exc}")
+            continue
+        # inspect.signature follows functools.wraps, so an installed cleaner wrapper shows verl's original.
+        names = tuple(inspect.signature(target).parameters)[: len(method.parameters)]
+        if names != method.parameters:
+            problems.append(f"{where} takes {names}, cleaner expects {method.parameters}")
+    return problems
+
+
+class VerlApiMismatch(RuntimeError):
+    """The installed verl lacks a private method cleaner wraps, or its parameters changed."""
+
+
+def require_verl_api() -> None:
+    problems = verl_api_problems()
+    if problems:
+        raise VerlApiMismatch(
+            f"cleaner is built against verl {PINNED_VERL}; the installed verl {verl.__version__} differs where "
+            "cleaner hooks in:\n  " + "\n  ".join(problems)
+        )
