@@ -21,6 +21,7 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorke
 
 from cleaner.saar.config import VALIDATE_FLAG_KEY
 from cleaner.verl import trainer_metrics
+from cleaner.verl.config_checks import check_trainer_config
 from cleaner.verl.plugin import require_registered
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class CleanerAgentLoopManager:
 
     @classmethod
     def create(cls, config: DictConfig, *args: Any, **kwargs: Any) -> AgentLoopManager:
+        check_trainer_config(config)  # settings that compose but would not train as asked (docs/recipes.md)
         require_registered()
         trainer_metrics.install()
         use_v1 = bool(config.trainer.get("use_v1", True))

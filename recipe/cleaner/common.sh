@@ -59,9 +59,15 @@ export CLEANER_ROOT
 : "${ROLLBACK_SEED:=0}"
 
 # Log-prob handling differs between CLEANER (recomputed on the purified sequence) and the baselines
-# (rollout log-probs + sequence-level importance sampling).
-: "${CALCULATE_LOG_PROBS:=True}"
-: "${ROLLOUT_IS:=sequence}" # or null
+# (rollout log-probs + sequence-level importance sampling). SAAR splices tokens sampled in another context, so
+# with it on the defaults are CLEANER's; rollout IS together with SAAR is refused (cleaner/verl/config_checks.py).
+if [[ "$ENABLE_TOOL_ROLLBACK" == "True" ]]; then
+    : "${CALCULATE_LOG_PROBS:=False}"
+    : "${ROLLOUT_IS:=null}"
+else
+    : "${CALCULATE_LOG_PROBS:=True}"
+    : "${ROLLOUT_IS:=sequence}" # or null
+fi
 : "${GPU_MEMORY_UTILIZATION:=0.65}"
 
 CLEANER_TOOL_CONFIG="$CLEANER_ROOT/recipe/cleaner/config/python_tool.yaml"
@@ -223,10 +229,22 @@ cleaner_preflight_problems() {
     fi
 }
 
+# Sets CLEANER_USER_OVERRIDES: the extra arguments, rewritten so that the reference implementation's lines work
+# here (compose_config.py --translate: legacy reward keys become the keys verl 0.9.1 reads; `+key=` for a key
+# the recipe already sets becomes `++key=`). Each rewrite is noted on stderr.
+cleaner_user_overrides() {
+    CLEANER_USER_OVERRIDES=()
+    [[ $# -gt 0 ]] || return 0
+    local translated
+    translated="$("$PYTHON" "$CLEANER_ROOT/recipe/cleaner/compose_config.py" --translate "${CLEANER_OVERRIDES[@]}" -- "$@")" || return
+    [[ -n "$translated" ]] && mapfile -t CLEANER_USER_OVERRIDES <<<"$translated"
+    return 0
+}
+
 # Runs `python -m verl.trainer.main_ppo` with the overrides in CLEANER_OVERRIDES followed by "$@", after the
-# preflight checks. Arguments before `--` are the data files to check. DRY_RUN=1 composes and validates the
-# config instead; PRINT_COMMAND=1 prints the command, one argument per line, and a blank line.
-# PREFLIGHT_ONLY=1 stops after the checks.
+# preflight checks (model, data files, judge, then the composed config and the data's agent loop). Arguments
+# before `--` are the data files to check. DRY_RUN=1 composes and validates the config instead; PRINT_COMMAND=1
+# prints the command, one argument per line, and a blank line. PREFLIGHT_ONLY=1 stops after the checks.
 cleaner_run() {
     local files=()
     while [[ $# -gt 0 && "$1" != "--" ]]; do
@@ -234,9 +252,11 @@ cleaner_run() {
         shift
     done
     shift
+    cleaner_user_overrides "$@" || return
+    local overrides=("${CLEANER_OVERRIDES[@]}" "${CLEANER_USER_OVERRIDES[@]}")
     if [[ "${PRINT_COMMAND:-0}" == "1" ]]; then
         cleaner_write_tool_config
-        printf '%s\n' "$PYTHON" -m verl.trainer.main_ppo "${CLEANER_OVERRIDES[@]}" "$@"
+        printf '%s\n' "$PYTHON" -m verl.trainer.main_ppo "${overrides[@]}"
         echo
         return 0
     fi
@@ -247,11 +267,15 @@ cleaner_run() {
             printf 'DRY_RUN: a real run would stop here:\n%s\n' "$problems" >&2
         fi
         cleaner_write_tool_config
-        "$PYTHON" "$CLEANER_ROOT/recipe/cleaner/compose_config.py" "${CLEANER_OVERRIDES[@]}" "$@"
+        "$PYTHON" "$CLEANER_ROOT/recipe/cleaner/compose_config.py" "${overrides[@]}"
         return
     fi
+    if [[ -z "$problems" ]]; then
+        cleaner_write_tool_config
+        problems="$("$PYTHON" "$CLEANER_ROOT/recipe/cleaner/compose_config.py" --preflight "${overrides[@]}")" || return
+    fi
     if [[ -n "$problems" ]]; then
-        printf 'cannot start %s, missing:\n%s\n' "$EXPERIMENT_NAME" "$problems" >&2
+        printf 'cannot start %s:\n%s\n' "$EXPERIMENT_NAME" "$problems" >&2
         return 1
     fi
     if [[ "${PREFLIGHT_ONLY:-0}" == "1" ]]; then
@@ -259,8 +283,7 @@ cleaner_run() {
         return 0
     fi
     mkdir -p "$OUTPUT_DIR"
-    cleaner_write_tool_config
-    "$PYTHON" -m verl.trainer.main_ppo "${CLEANER_OVERRIDES[@]}" "$@"
+    "$PYTHON" -m verl.trainer.main_ppo "${overrides[@]}"
 }
 
 # True when this invocation really launches jobs (not DRY_RUN, PRINT_COMMAND or PREFLIGHT_ONLY).

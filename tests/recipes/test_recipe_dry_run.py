@@ -24,6 +24,22 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipe" / "cleaner"
 MARKER = "--- composed config ---"
 
+# The reference implementation's own lines (its qwen3_4b_cleaner.sh), appended as a user coming from it would.
+REFERENCE_SAAR_LINES = [
+    "+actor_rollout_ref.rollout.multi_turn.save_negative_samples=False",
+    "+actor_rollout_ref.rollout.multi_turn.max_negative_samples_per_group=0",
+    "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True",
+    "+actor_rollout_ref.rollout.multi_turn.max_tool_retries=3",
+]
+REFERENCE_REWARD_LINES = [
+    "reward_model.reward_manager=dapo",
+    "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+    "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4096",
+    "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+    "+reward_model.reward_kwargs.overlong_buffer_cfg.log=false",
+    "+reward_model.reward_kwargs.max_resp_len=20480",
+]
+
 # name -> (script, extra environment, extra Hydra overrides)
 CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "qwen3_4b_cleaner": ("qwen3_4b_cleaner.sh", {}, []),
@@ -50,6 +66,40 @@ CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "bad_saar_knob": ("qwen3_4b_cleaner.sh", {"ROLLBACK_PROBABILITY": "1.5"}, []),
     "bad_tool_format": ("qwen3_4b_dapo_tool.sh", {"TOOL_FORMAT": "no_such_parser"}, []),
     "lenient_tool_format": ("qwen3_4b_dapo_tool.sh", {"TOOL_FORMAT": "cleaner_lenient"}, []),
+    "reference_lines": ("qwen3_4b_cleaner.sh", {}, REFERENCE_SAAR_LINES + REFERENCE_REWARD_LINES),
+    "reference_lines_on_a_baseline": (
+        "qwen2.5_7b_dapo_tool.sh",
+        {},
+        [
+            "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True",
+            "+actor_rollout_ref.rollout.multi_turn.rollback_probability=0.7",
+            "reward_model.reward_manager=naive",
+            "+reward_model.reward_kwargs.overlong_buffer_cfg.len=1024",
+            "algorithm.rollout_correction.rollout_is=null",
+            "actor_rollout_ref.rollout.calculate_log_probs=False",
+        ],
+    ),
+    "reference_reward_function": (
+        "qwen3_4b_cleaner.sh",
+        {},
+        [
+            "custom_reward_function.path=cleaner/rewards/__init__.py",
+            "custom_reward_function.name=compute_score_outcome_reward",
+        ],
+    ),
+    "rollback_on_a_baseline": ("qwen2.5_7b_dapo_tool.sh", {"ENABLE_TOOL_ROLLBACK": "True"}, []),
+    "rollback_with_rollout_is": (
+        "qwen2.5_7b_dapo_tool.sh",
+        {"ENABLE_TOOL_ROLLBACK": "True", "ROLLOUT_IS": "sequence", "CALCULATE_LOG_PROBS": "True"},
+        [],
+    ),
+    "rollback_in_bypass_mode": (
+        "qwen3_4b_cleaner.sh",
+        {"CALCULATE_LOG_PROBS": "True"},
+        ["algorithm.rollout_correction.bypass_mode=True"],
+    ),
+    "filter_zero_advantage_on": ("qwen3_4b_cleaner.sh", {}, ["+trainer.filter_zero_advantage_samples=True"]),
+    "filter_zero_advantage_off": ("qwen3_4b_cleaner.sh", {}, ["+trainer.filter_zero_advantage_samples=False"]),
 }
 
 
@@ -244,3 +294,104 @@ def test_dry_run_reports_an_invalid_config_and_fails(tmp_path, compose_config, c
 def test_dry_run_names_an_unknown_override(compose_config, capsys):
     assert compose_config.main(["actor_rollout_ref.rollout.no_such_key=1"]) == 1
     assert "DRY_RUN: invalid config: ConfigCompositionException" in capsys.readouterr().err
+
+
+def test_the_reference_recipes_saar_and_reward_lines_keep_their_meaning(dry_runs):
+    config = composed(dry_runs["reference_lines"])
+    multi_turn = config["actor_rollout_ref"]["rollout"]["multi_turn"]
+    assert (multi_turn["enable_tool_rollback"], multi_turn["max_tool_retries"]) == (True, 3)
+    assert (multi_turn["save_negative_samples"], multi_turn["max_negative_samples_per_group"]) == (False, 0)
+    reward = config["reward"]
+    assert reward["reward_kwargs"] == {
+        "overlong_buffer_cfg": {"enable": True, "len": 4096, "penalty_factor": 1.0, "log": False},
+        "max_resp_len": 20480,
+    }
+    assert reward["reward_manager"]["name"] == "CleanerDAPORewardManager"  # verl's DAPO manager, as `dapo` asked
+    assert config["reward_model"]["reward_manager"] is None and "reward_kwargs" not in config["reward_model"]
+
+
+def test_legacy_reward_keys_become_the_keys_verl_reads(dry_runs):
+    config = composed(dry_runs["reference_lines_on_a_baseline"])
+    assert config["actor_rollout_ref"]["rollout"]["multi_turn"]["rollback_probability"] == 0.7
+    assert config["reward"]["reward_manager"]["source"] == "register"
+    assert config["reward"]["reward_manager"]["name"] == "naive"
+    assert config["reward"]["reward_kwargs"]["overlong_buffer_cfg"]["len"] == 1024
+
+
+def test_the_reference_reward_function_name_is_refused_by_name(dry_runs):
+    [error] = dry_runs["reference_reward_function"]
+    assert isinstance(error, ValueError)
+    assert "reward.custom_reward_function.name='compute_score_outcome_reward'" in str(error)
+    assert "CLEANER's is compute_score" in str(error)
+
+
+def test_appending_a_key_the_recipe_sets_fails_in_hydra_without_the_recipes_rewrite(tmp_path):
+    [command] = recipe_commands("qwen3_4b_cleaner", tmp_path)
+    with pytest.raises(Exception, match="Could not append to config"):
+        compose_trainer_config([*command[3:], "+actor_rollout_ref.rollout.multi_turn.rollback_probability=0.7"])
+    config = compose_trainer_config([*command[3:], "++actor_rollout_ref.rollout.multi_turn.rollback_probability=0.7"])
+    assert config.actor_rollout_ref.rollout.multi_turn.rollback_probability == 0.7
+
+
+def test_turning_saar_on_in_a_baseline_gets_cleaners_log_prob_handling(dry_runs):
+    config = composed(dry_runs["rollback_on_a_baseline"])
+    rollout = config["actor_rollout_ref"]["rollout"]
+    assert rollout["multi_turn"]["enable_tool_rollback"] is True
+    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "named"),
+    [
+        ("rollback_with_rollout_is", "algorithm.rollout_correction.rollout_is=sequence"),
+        ("rollback_in_bypass_mode", "algorithm.rollout_correction.bypass_mode=True"),
+    ],
+)
+def test_saar_with_rollout_is_or_bypass_mode_is_refused(dry_runs, name, named):
+    [error] = dry_runs[name]
+    assert isinstance(error, ValueError) and "SAAR (multi_turn.enable_tool_rollback=True) cannot train" in str(error)
+    assert named in str(error)
+
+
+def test_filter_zero_advantage_samples_is_refused_when_on(dry_runs):
+    [error] = dry_runs["filter_zero_advantage_on"]
+    assert isinstance(error, ValueError) and "trainer.filter_zero_advantage_samples=True" in str(error)
+    assert composed(dry_runs["filter_zero_advantage_off"])["trainer"]["filter_zero_advantage_samples"] is False
+
+
+def test_an_untranslated_legacy_reward_key_is_refused_naming_the_new_key(tmp_path, compose_config, capsys):
+    [command] = recipe_commands("qwen3_4b_cleaner", tmp_path)
+    assert compose_config.main([*command[3:], "+reward_model.reward_kwargs.overlong_buffer_cfg.len=1024"]) == 1
+    error = capsys.readouterr().err
+    assert "DRY_RUN: invalid config: TrainerConfigError" in error
+    assert "reward_model.reward_kwargs.overlong_buffer_cfg.len -> reward.reward_kwargs.overlong_buffer_cfg.len" in error
+
+
+def test_dry_run_without_reward_kwargs(tmp_path, compose_config, capsys):
+    """verl's schema has no reward_kwargs under custom_reward_function: a config without them must validate."""
+    [command] = recipe_commands("qwen3_4b_dapo_tool", tmp_path)
+    without = [arg for arg in command[3:] if not arg.startswith("+reward.custom_reward_function.reward_kwargs.")]
+    assert len(without) == len(command) - 4
+    assert compose_config.main(without) == 0, capsys.readouterr().err
+    assert "DRY_RUN ok" in capsys.readouterr().out
+
+
+def test_user_overrides_are_translated_with_a_note_each(tmp_path, compose_config, capsys):
+    recipe = ["+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True", "trainer.save_freq=10"]
+    user = [
+        "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=False",
+        "+trainer.save_freq=5",
+        "reward_model.reward_manager=dapo",
+        "custom_reward_function.name=compute_score",
+        "~trainer.logger",
+        "trainer.test_freq=3",
+    ]
+    translated, notes = compose_config.translate_overrides(recipe, user)
+    assert translated == [
+        "++actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=False",
+        "++trainer.save_freq=5",
+        "++reward.custom_reward_function.name=compute_score",
+        "~trainer.logger",
+        "trainer.test_freq=3",
+    ]
+    assert len(notes) == 4 and "dropped, the recipe already uses verl's DAPO reward manager" in notes[2]

@@ -50,7 +50,7 @@ def test_preflight_names_everything_that_is_missing(tmp_path):
     )
     assert result.returncode == 1
     lines = result.stderr.splitlines()
-    assert lines[0] == "cannot start Qwen3-4B-CLEANER, missing:"
+    assert lines[0] == "cannot start Qwen3-4B-CLEANER:"
     assert f"model: {tmp_path / 'model'} has no config.json" in lines[1]
     assert [line.split()[1] for line in lines[2:5]] == [
         str(tmp_path / "data" / name) for name in ("open-agentrl-30k.parquet", "aime2024.parquet", "aime2025.parquet")
@@ -59,24 +59,54 @@ def test_preflight_names_everything_that_is_missing(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_preflight_passes_with_model_data_and_a_live_judge(tmp_path, judge_url):
+def preflight_inputs(tmp_path: Path, train_agent_name: str | None) -> dict[str, str]:
+    """A model directory and the 4B recipe's three data files; the training file's rows select `train_agent_name`
+    (None: a raw file without the agent_name column)."""
     model, data = tmp_path / "model", tmp_path / "data"
     model.mkdir()
     (model / "config.json").write_text("{}")
     data.mkdir()
     for name in ("open-agentrl-30k", "aime2024", "aime2025"):
-        (data / f"{name}.parquet").write_bytes(b"")
-    result = run(
-        RECIPES / "qwen3_4b_cleaner.sh",
-        {
-            "MODEL_PATH": str(model),
-            "DATA_DIR": str(data),
-            "JUDGE_URL": judge_url,
-            "PREFLIGHT_ONLY": "1",
-        },
-    )
+        frame = pd.DataFrame({"data_source": ["math_dapo"] * 2})
+        agent_name = train_agent_name if name == "open-agentrl-30k" else AGENT_NAME
+        if agent_name is not None:
+            frame["agent_name"] = agent_name
+        frame.to_parquet(data / f"{name}.parquet")
+    return {"MODEL_PATH": str(model), "DATA_DIR": str(data), "OUTPUT_ROOT": str(tmp_path / "out")}
+
+
+@pytest.mark.slow
+def test_preflight_passes_with_model_data_and_a_live_judge(tmp_path, judge_url):
+    env = {**preflight_inputs(tmp_path, AGENT_NAME), "JUDGE_URL": judge_url, "PREFLIGHT_ONLY": "1"}
+    result = run(RECIPES / "qwen3_4b_cleaner.sh", env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "preflight ok: Qwen3-4B-CLEANER"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent_name", [None, "tool_agent"])
+def test_preflight_refuses_training_data_that_would_run_without_saar(tmp_path, judge_url, agent_name):
+    env = {**preflight_inputs(tmp_path, agent_name), "JUDGE_URL": judge_url, "PREFLIGHT_ONLY": "1"}
+    result = run(RECIPES / "qwen3_4b_cleaner.sh", env)
+    assert result.returncode == 1
+    train = tmp_path / "data" / "open-agentrl-30k.parquet"
+    selected = "single_turn_agent (no agent_name: agent.default_agent_loop)" if agent_name is None else agent_name
+    assert result.stderr.splitlines() == [
+        "cannot start Qwen3-4B-CLEANER:",
+        f"data: {train}: 2 of 2 rows would run without SAAR (2 select {selected}; SAAR runs only in {AGENT_NAME}). "
+        "Prepare the file with `cleaner data prepare`, or set "
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME} for rows without agent_name",
+    ]
+
+
+@pytest.mark.slow
+def test_preflight_refuses_a_config_that_would_not_train_as_asked(tmp_path, judge_url):
+    env = {**preflight_inputs(tmp_path, AGENT_NAME), "JUDGE_URL": judge_url, "PREFLIGHT_ONLY": "1"}
+    result = run(RECIPES / "qwen3_4b_cleaner.sh", env, "+trainer.filter_zero_advantage_samples=True")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[1].startswith(
+        "config: TrainerConfigError: trainer.filter_zero_advantage_samples=True belongs to the reference's"
+    )
 
 
 def test_eval_needs_a_model_path(tmp_path):

@@ -1,0 +1,223 @@
+"""Config-time checks of verl's trainer config: settings that compose fine but would not train as the user believes.
+
+The recipes run them in `DRY_RUN=1` and in their preflight (`recipe/cleaner/compose_config.py`), and the real
+trainer runs them when `CleanerAgentLoopManager` is created, so `python -m verl.trainer.main_ppo` started by hand
+is covered too. A check takes the composed config and returns problems, one line each, naming the key and what
+to write instead. Nothing here imports verl.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from cleaner.data.agents import agent_name_counts
+from cleaner.names import AGENT_NAME
+
+logger = logging.getLogger(__name__)
+
+ConfigCheck = Callable[[DictConfig], list[str]]
+
+
+class TrainerConfigError(ValueError):
+    """The trainer config composes but would not do what it says; the message names every problem."""
+
+
+# Top-level sections of verl's `legacy_reward_impl.yaml` (the reference's verl fork read them); verl 0.9.1's
+# `main_ppo` reads only `reward.*` and ignores these (only its fully-async entry point migrates them).
+LEGACY_REWARD_SECTIONS = ("reward_model", "custom_reward_function", "sandbox_fusion")
+
+# legacy key prefix -> the key verl 0.9.1 reads (the mapping of verl's own `migrate_legacy_reward_impl`).
+_LEGACY_REWARD_RENAMES = (
+    ("reward_model.num_workers", "reward.num_workers"),
+    ("reward_model.reward_manager", "reward.reward_manager.name"),
+    ("reward_model.reward_loop_source", "reward.reward_manager.source"),
+    ("reward_model.reward_loop_module_path", "reward.reward_manager.module.path"),
+    ("reward_model.reward_loop_class_name", "reward.reward_manager.module.name"),
+    ("reward_model.enable", "reward.reward_model.enable"),
+    ("reward_model.enable_resource_pool", "reward.reward_model.enable_resource_pool"),
+    ("reward_model.n_gpus_per_node", "reward.reward_model.n_gpus_per_node"),
+    ("reward_model.nnodes", "reward.reward_model.nnodes"),
+    ("reward_model.model.path", "reward.reward_model.model_path"),
+    ("reward_model.reward_kwargs", "reward.reward_kwargs"),
+    ("reward_model.rollout", "reward.reward_model.rollout"),
+    ("custom_reward_function", "reward.custom_reward_function"),
+    ("sandbox_fusion", "reward.sandbox_fusion"),
+)
+
+
+def current_reward_key(legacy_key: str) -> str | None:
+    """The verl 0.9.1 key for a legacy reward key (`reward_model.reward_manager` -> `reward.reward_manager.name`).
+
+    None for a key outside the legacy sections, or one verl 0.9.1 has no equivalent for.
+    """
+    for old, new in _LEGACY_REWARD_RENAMES:
+        if legacy_key == old or legacy_key.startswith(old + "."):
+            return new + legacy_key[len(old) :]
+    return None
+
+
+def legacy_reward_keys(config: DictConfig) -> list[str]:
+    """Legacy reward keys with a value: `main_ppo` would silently drop them (and with them the DAPO overlong
+    penalty of `reward_model.reward_kwargs.overlong_buffer_cfg`)."""
+    renames = []
+    for section in LEGACY_REWARD_SECTIONS:
+        value = config.get(section)
+        if value is None:
+            continue
+        for key, leaf in _leaves(value, section):
+            if leaf is not None:
+                renames.append(f"{key} -> {current_reward_key(key) or '(no verl 0.9.1 equivalent)'}")
+    if not renames:
+        return []
+    return [
+        "legacy reward key(s) that verl 0.9.1's main_ppo never reads, so the setting would be silently lost; "
+        "write the new key instead (`+` for keys outside verl's schema, such as reward.reward_kwargs.*): "
+        + "; ".join(renames)
+    ]
+
+
+def reference_trainer_keys(config: DictConfig) -> list[str]:
+    """Keys of the reference's forked trainer that verl 0.9.1 accepts with `+` and then ignores."""
+    if OmegaConf.select(config, "trainer.filter_zero_advantage_samples"):
+        return [
+            "trainer.filter_zero_advantage_samples=True belongs to the reference's forked trainer; verl 0.9.1 has no "
+            "such filter and would train on every sample. Remove the key (False, the reference's released setting, "
+            "is accepted). The closest verl 0.9.1 feature is algorithm.filter_groups (DAPO dynamic sampling), which "
+            "drops groups whose rewards are all equal and generates more to refill the batch"
+        ]
+    return []
+
+
+def saar_enabled(config: DictConfig) -> bool:
+    multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn") or {}
+    return bool(multi_turn.get("enable")) and bool(multi_turn.get("enable_tool_rollback"))
+
+
+def saar_log_prob_handling(config: DictConfig) -> list[str]:
+    """SAAR splices tokens sampled in another context; rollout log-probs must not weight the update.
+
+    A rolled-back turn keeps tokens generated after the error was shown (deep) or a call generated in that
+    context (shallow). Their rollout log-probs describe a context the purified sequence no longer contains, so
+    importance sampling, rejection sampling or bypass mode (rollout log-probs as the PPO anchor) would train on
+    wrong ratios. Validation-only runs train nothing and are not checked.
+    """
+    if not saar_enabled(config) or OmegaConf.select(config, "trainer.val_only"):
+        return []
+    correction = OmegaConf.select(config, "algorithm.rollout_correction") or {}
+    offending = [
+        f"algorithm.rollout_correction.{key}={correction.get(key)}"
+        for key in ("rollout_is", "rollout_rs")
+        if correction.get(key) is not None
+    ]
+    if correction.get("bypass_mode"):
+        offending.append("algorithm.rollout_correction.bypass_mode=True")
+    if not offending:
+        return []
+    return [
+        f"SAAR (multi_turn.enable_tool_rollback=True) cannot train with {', '.join(offending)}: rolled-back turns "
+        "splice in tokens sampled in another context (the failed turn and its error), so their rollout log-probs "
+        "do not describe the purified sequence. Set algorithm.rollout_correction.rollout_is=null, "
+        "rollout_rs=null, bypass_mode=False and actor_rollout_ref.rollout.calculate_log_probs=False, as the CLEANER "
+        "recipes do (ROLLOUT_IS=null CALCULATE_LOG_PROBS=False): old_log_prob is then recomputed on the purified "
+        "sequence"
+    ]
+
+
+# Every config check, in the order its problems are reported. A check added here runs in DRY_RUN, in the
+# recipes' preflight and at trainer start.
+CONFIG_CHECKS: list[ConfigCheck] = [legacy_reward_keys, reference_trainer_keys, saar_log_prob_handling]
+
+
+def config_warnings(config: DictConfig) -> list[str]:
+    """Settings that train correctly but make a logged number misleading."""
+    if saar_enabled(config) and OmegaConf.select(config, "actor_rollout_ref.rollout.calculate_log_probs"):
+        return [
+            "actor_rollout_ref.rollout.calculate_log_probs=True with SAAR: verl's rollout-vs-trainer probability "
+            "metrics (training/rollout_probs_diff_*) include spliced tokens, whose rollout log-probs came from the "
+            "context that held the error; the CLEANER recipes set it to False"
+        ]
+    return []
+
+
+def data_agent_problems(config: DictConfig) -> list[str]:
+    """With SAAR on, every row of the train and val files must select the cleaner agent loop.
+
+    verl picks a row's loop from its `agent_name` column (rows without one get `agent.default_agent_loop`); a raw
+    parquet that skipped `cleaner data prepare` would run verl's own loop, without SAAR and without a word.
+    Files that do not exist are left to the preflight's missing-file check.
+    """
+    if not saar_enabled(config):
+        return []
+    default_loop = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.default_agent_loop")
+    problems = []
+    for path in _data_files(config):
+        if not path.is_file():
+            continue
+        try:
+            counts = agent_name_counts(path)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            problems.append(f"data: {path}: cannot read its agent_name column: {exc}")
+            continue
+        wrong: dict[str, int] = {}
+        for name, count in counts.items():
+            if (name if name is not None else default_loop) != AGENT_NAME:
+                loop = name if name is not None else f"{default_loop} (no agent_name: agent.default_agent_loop)"
+                wrong[loop] = wrong.get(loop, 0) + count
+        if wrong:
+            listed = ", ".join(f"{count} select {loop}" for loop, count in sorted(wrong.items()))
+            problems.append(
+                f"data: {path}: {sum(wrong.values())} of {sum(counts.values())} rows would run without SAAR "
+                f"({listed}; SAAR runs only in {AGENT_NAME}). Prepare the file with `cleaner data prepare`, or set "
+                f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME} for rows without agent_name"
+            )
+    return problems
+
+
+@dataclass
+class ConfigReport:
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def review_trainer_config(config: DictConfig, *, read_data: bool = True) -> ConfigReport:
+    """Every problem and warning of `config`; `read_data` also opens the data files (agent names)."""
+    report = ConfigReport(warnings=config_warnings(config))
+    for check in CONFIG_CHECKS:
+        report.problems.extend(check(config))
+    if read_data:
+        report.problems.extend(data_agent_problems(config))
+    return report
+
+
+def check_trainer_config(config: DictConfig, *, read_data: bool = True) -> None:
+    """Raise `TrainerConfigError` naming every problem; log the warnings."""
+    report = review_trainer_config(config, read_data=read_data)
+    for warning in report.warnings:
+        logger.warning("cleaner config: %s", warning)
+    if report.problems:
+        raise TrainerConfigError("\n".join(report.problems))
+
+
+def _data_files(config: DictConfig) -> list[Path]:
+    files: list[Path] = []
+    for key in ("data.train_files", "data.val_files"):
+        value = OmegaConf.select(config, key)
+        items = list(value) if isinstance(value, (ListConfig, list, tuple)) else [value] if value else []
+        for item in items:
+            if Path(str(item)) not in files:  # validation-only runs name the same file twice
+                files.append(Path(str(item)))
+    return files
+
+
+def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, (DictConfig, dict)):
+        for key in value:
+            yield from _leaves(value[key], f"{prefix}.{key}")
+    else:
+        yield prefix, value

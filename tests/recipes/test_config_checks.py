@@ -1,0 +1,182 @@
+"""cleaner.verl.config_checks: settings that compose but would not train as the user believes are refused.
+
+Built from the reference's published setup (shared notes, "Training recipes" and "Known defects"): its scripts
+pass the reward through `reward_model.*` / `custom_reward_function.*`, which verl 0.9.1's main_ppo never reads;
+CLEANER runs with `calculate_log_probs=False` and rollout IS off, because SAAR splices tokens sampled in another
+context. The real composed config of every recipe is checked in test_recipe_dry_run.py.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from cleaner.names import AGENT_NAME
+from cleaner.verl.config_checks import (
+    TrainerConfigError,
+    check_trainer_config,
+    current_reward_key,
+    data_agent_problems,
+    review_trainer_config,
+)
+
+
+def trainer_config(saar: bool = True, **sections) -> OmegaConf:
+    """The parts of verl's trainer config the checks read, with the CLEANER recipes' values."""
+    base = {
+        "actor_rollout_ref": {
+            "rollout": {
+                "calculate_log_probs": not saar,
+                "multi_turn": {"enable": True, "enable_tool_rollback": saar},
+                "agent": {"default_agent_loop": "single_turn_agent"},
+            }
+        },
+        "algorithm": {
+            "rollout_correction": {
+                "rollout_is": None if saar else "sequence",
+                "rollout_rs": None,
+                "bypass_mode": False,
+            }
+        },
+        "trainer": {"val_only": False},
+        "data": {"train_files": [], "val_files": []},
+        "reward_model": {"reward_manager": None, "model": {"path": None}},
+        "custom_reward_function": {"path": None, "name": None},
+    }
+    return OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(sections))
+
+
+def problems(config) -> list[str]:
+    return review_trainer_config(config, read_data=False).problems
+
+
+def test_the_recipes_settings_pass():
+    assert problems(trainer_config(saar=True)) == []
+    assert problems(trainer_config(saar=False)) == []
+
+
+@pytest.mark.parametrize(
+    ("legacy", "current"),
+    [
+        ("reward_model.reward_manager", "reward.reward_manager.name"),
+        ("reward_model.reward_kwargs.overlong_buffer_cfg.len", "reward.reward_kwargs.overlong_buffer_cfg.len"),
+        ("reward_model.reward_kwargs.max_resp_len", "reward.reward_kwargs.max_resp_len"),
+        ("custom_reward_function.path", "reward.custom_reward_function.path"),
+        ("custom_reward_function.name", "reward.custom_reward_function.name"),
+        ("reward_model.model.path", "reward.reward_model.model_path"),
+        ("reward_model.num_workers", "reward.num_workers"),
+        ("reward.reward_kwargs.max_resp_len", None),
+        ("reward_model_x", None),
+    ],
+)
+def test_legacy_reward_keys_map_to_the_keys_verl_reads(legacy, current):
+    assert current_reward_key(legacy) == current
+
+
+def test_legacy_reward_keys_are_refused_naming_the_new_key():
+    config = trainer_config(
+        reward_model={"reward_manager": "dapo", "reward_kwargs": {"overlong_buffer_cfg": {"enable": True}}},
+        custom_reward_function={"name": "compute_score_outcome_reward"},
+    )
+    [problem] = problems(config)
+    assert "never reads" in problem
+    assert "reward_model.reward_manager -> reward.reward_manager.name" in problem
+    assert (
+        "reward_model.reward_kwargs.overlong_buffer_cfg.enable -> reward.reward_kwargs.overlong_buffer_cfg.enable"
+        in problem
+    )
+    assert "custom_reward_function.name -> reward.custom_reward_function.name" in problem
+    with pytest.raises(TrainerConfigError, match="reward.reward_manager.name"):
+        check_trainer_config(config, read_data=False)
+
+
+def test_a_legacy_key_without_an_equivalent_is_still_refused():
+    [problem] = problems(trainer_config(reward_model={"model": {"external_lib": "my_lib"}}))
+    assert "reward_model.model.external_lib -> (no verl 0.9.1 equivalent)" in problem
+
+
+def test_filter_zero_advantage_samples_true_is_refused_false_accepted():
+    [problem] = problems(trainer_config(trainer={"filter_zero_advantage_samples": True}))
+    assert problem.startswith("trainer.filter_zero_advantage_samples=True") and "algorithm.filter_groups" in problem
+    assert problems(trainer_config(trainer={"filter_zero_advantage_samples": False})) == []
+
+
+@pytest.mark.parametrize(
+    ("correction", "named"),
+    [
+        ({"rollout_is": "sequence"}, "algorithm.rollout_correction.rollout_is=sequence"),
+        ({"rollout_is": "token"}, "algorithm.rollout_correction.rollout_is=token"),
+        ({"rollout_rs": "seq_mean_k1"}, "algorithm.rollout_correction.rollout_rs=seq_mean_k1"),
+        ({"bypass_mode": True}, "algorithm.rollout_correction.bypass_mode=True"),
+    ],
+)
+def test_saar_with_rollout_importance_sampling_or_bypass_mode_is_refused(correction, named):
+    config = trainer_config(algorithm={"rollout_correction": correction})
+    [problem] = problems(config)
+    assert problem.startswith("SAAR (multi_turn.enable_tool_rollback=True) cannot train with") and named in problem
+    assert "calculate_log_probs=False" in problem
+
+
+def test_rollout_importance_sampling_without_saar_is_the_baselines_setting():
+    assert problems(trainer_config(saar=False, algorithm={"rollout_correction": {"rollout_is": "sequence"}})) == []
+
+
+def test_validation_only_runs_train_nothing_and_are_not_refused():
+    config = trainer_config(algorithm={"rollout_correction": {"rollout_is": "sequence"}}, trainer={"val_only": True})
+    assert problems(config) == []
+
+
+def test_rollout_log_probs_with_saar_train_correctly_but_are_warned_about():
+    report = review_trainer_config(
+        trainer_config(actor_rollout_ref={"rollout": {"calculate_log_probs": True}}), read_data=False
+    )
+    assert report.problems == []
+    [warning] = report.warnings
+    assert "training/rollout_probs_diff_" in warning
+
+
+def write_parquet(path, agent_names: list[str] | None, rows: int = 3):
+    frame = pd.DataFrame({"prompt": [f"p{i}" for i in range(rows)]})
+    if agent_names is not None:
+        frame["agent_name"] = agent_names
+    frame.to_parquet(path)
+    return str(path)
+
+
+def test_data_rows_that_would_run_without_saar_are_named(tmp_path):
+    raw = write_parquet(tmp_path / "raw.parquet", None)
+    mixed = write_parquet(tmp_path / "mixed.parquet", [AGENT_NAME, "tool_agent", "tool_agent"])
+    prepared = write_parquet(tmp_path / "prepared.parquet", [AGENT_NAME] * 3)
+    config = trainer_config(data={"train_files": [raw, prepared], "val_files": [mixed, str(tmp_path / "absent")]})
+    found = data_agent_problems(config)
+    assert len(found) == 2
+    assert found[0].startswith(f"data: {raw}: 3 of 3 rows would run without SAAR (3 select single_turn_agent")
+    assert "actor_rollout_ref.rollout.agent.default_agent_loop=cleaner_tool_agent" in found[0]
+    assert found[1].startswith(f"data: {mixed}: 2 of 3 rows would run without SAAR (2 select tool_agent")
+    with pytest.raises(TrainerConfigError, match="raw.parquet"):
+        check_trainer_config(config)
+
+
+def test_rows_without_agent_name_follow_the_default_agent_loop(tmp_path):
+    raw = write_parquet(tmp_path / "raw.parquet", None)
+    config = trainer_config(
+        data={"train_files": raw, "val_files": raw},
+        actor_rollout_ref={"rollout": {"agent": {"default_agent_loop": AGENT_NAME}}},
+    )
+    assert data_agent_problems(config) == []
+
+
+def test_data_is_not_checked_when_saar_is_off(tmp_path):
+    raw = write_parquet(tmp_path / "raw.parquet", None)
+    assert data_agent_problems(trainer_config(saar=False, data={"train_files": [raw], "val_files": [raw]})) == []
+
+
+@pytest.mark.slow
+def test_the_trainer_refuses_before_building_its_agent_loop_manager():
+    """verl's main_ppo calls Manager.create(config=...) with the full trainer config: the checks run there too."""
+    from cleaner.verl.agent_loop_manager import CleanerAgentLoopManager
+
+    config = trainer_config(algorithm={"rollout_correction": {"rollout_is": "sequence"}})
+    with pytest.raises(TrainerConfigError, match="SAAR .* cannot train with algorithm.rollout_correction.rollout_is"):
+        CleanerAgentLoopManager.create(config=config)
