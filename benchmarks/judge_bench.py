@@ -6,18 +6,27 @@ program goes to `/judge` (one request each) at a fixed client concurrency. A ver
 real one: prints and loops succeed with the expected output, infinite loops end in `worker_timeout` with a cost
 within `--timeout-tolerance` of `--time-limit`, exceptions and 4 GiB allocations fail with reason "".
 
-    python benchmarks/judge_bench.py --url http://127.0.0.1:8088 [--concurrency 32] [--time-limit 10]
+For the shuffled phase it also prints a table per kind, with the tiny programs that ran while at least one
+infinite loop was in flight as a row of their own. With `--service-pid` (the pid of `code-judge serve`, or of
+any process whose descendants are the whole service) it adds the service's CPU time per request of each phase,
+read from /proc for that process and all its descendants. The load average is printed before and after.
+
+    python benchmarks/judge_bench.py --url http://127.0.0.1:8088 [--concurrency 32] [--time-limit 10] \
+        [--service-pid PID]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 from tqdm import tqdm
@@ -36,9 +45,14 @@ class Program:
 @dataclass
 class Outcome:
     program: Program
+    started_s: float  # time.perf_counter() when the request was sent
     latency_s: float
     verdict: dict | None
     error: str | None = None
+
+    @property
+    def ended_s(self) -> float:
+        return self.started_s + self.latency_s
 
 
 @dataclass
@@ -46,6 +60,7 @@ class PhaseReport:
     name: str
     outcomes: list[Outcome] = field(default_factory=list)
     wall_s: float = 0.0
+    service_cpu_s: float | None = None  # CPU time of the service's processes during the phase
 
 
 def workload() -> list[Program]:
@@ -87,15 +102,38 @@ async def judge_one(session: aiohttp.ClientSession, url: str, program: Program) 
         async with session.post(url, json=body) as response:
             if response.status != 200:
                 text = await response.text()
-                return Outcome(program, time.perf_counter() - started, None, f"HTTP {response.status}: {text[:200]}")
+                error = f"HTTP {response.status}: {text[:200]}"
+                return Outcome(program, started, time.perf_counter() - started, None, error)
             verdict = await response.json()
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        return Outcome(program, time.perf_counter() - started, None, f"{type(exc).__name__}: {exc}")
-    return Outcome(program, time.perf_counter() - started, verdict)
+        return Outcome(program, started, time.perf_counter() - started, None, f"{type(exc).__name__}: {exc}")
+    return Outcome(program, started, time.perf_counter() - started, verdict)
 
 
-async def run_phase(name: str, programs: list[Program], url: str, concurrency: int, timeout_s: float) -> PhaseReport:
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of `pid` and every live descendant, each with the CPU of the children it has reaped."""
+    total, frontier = 0.0, [pid]
+    while frontier:
+        current = frontier.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+            for task in os.listdir(f"/proc/{current}/task"):
+                frontier += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+        except FileNotFoundError:
+            continue  # exited meanwhile; its CPU is counted by whoever reaps it
+    return total
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+async def run_phase(
+    name: str, programs: list[Program], url: str, concurrency: int, timeout_s: float, service_pid: int | None
+) -> PhaseReport:
     report = PhaseReport(name)
+    cpu_before = None if service_pid is None else tree_cpu_seconds(service_pid)
     semaphore = asyncio.Semaphore(concurrency)
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -111,6 +149,8 @@ async def run_phase(name: str, programs: list[Program], url: str, concurrency: i
         await asyncio.gather(*(bounded(p) for p in programs))
         report.wall_s = time.perf_counter() - started
         progress.close()
+    if cpu_before is not None:
+        report.service_cpu_s = tree_cpu_seconds(service_pid) - cpu_before
     return report
 
 
@@ -120,9 +160,22 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
+def latency_row(label: str, outcomes: list[Outcome], time_limit: float, tolerance: float) -> str:
+    latencies = [o.latency_s * 1000 for o in outcomes]
+    correct = sum(is_correct(o, time_limit, tolerance) for o in outcomes)
+    n = len(outcomes)
+    reasons = Counter(o.verdict["reason"] for o in outcomes if o.verdict is not None and o.verdict["reason"])
+    shown = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items())) or "-"
+    return (
+        f"| {label:<22} | {n:>4} | {percentile(latencies, 50):>8.1f} | {percentile(latencies, 99):>8.1f} | "
+        f"{max(latencies):>8.1f} | {correct:>4}/{n:<4} | {shown} |"
+    )
+
+
 def print_table(reports: list[PhaseReport], time_limit: float, tolerance: float) -> None:
     header = (
-        f"| {'phase':<10} | {'n':>4} | {'req/s':>7} | {'p50 ms':>8} | {'p95 ms':>8} | {'p99 ms':>8} | {'correct':>9} |"
+        f"| {'phase':<10} | {'n':>4} | {'req/s':>7} | {'p50 ms':>8} | {'p95 ms':>8} | {'p99 ms':>8} | {'correct':>9} "
+        f"| {'svc CPU ms/req':>14} |"
     )
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
@@ -130,9 +183,36 @@ def print_table(reports: list[PhaseReport], time_limit: float, tolerance: float)
         latencies = [o.latency_s * 1000 for o in report.outcomes]
         correct = sum(is_correct(o, time_limit, tolerance) for o in report.outcomes)
         n = len(report.outcomes)
+        cpu = "-" if report.service_cpu_s is None else f"{report.service_cpu_s / n * 1000:.2f}"
         print(
             f"| {report.name:<10} | {n:>4} | {n / report.wall_s:>7.1f} | {percentile(latencies, 50):>8.1f} | "
-            f"{percentile(latencies, 95):>8.1f} | {percentile(latencies, 99):>8.1f} | {correct:>4}/{n:<4} |"
+            f"{percentile(latencies, 95):>8.1f} | {percentile(latencies, 99):>8.1f} | {correct:>4}/{n:<4} | {cpu:>14} |"
+        )
+
+
+def print_mixed_table(report: PhaseReport, time_limit: float, tolerance: float) -> None:
+    """Per kind within the shuffled phase; tiny programs that overlapped an infinite loop get a row of their own."""
+    loops = [(o.started_s, o.ended_s) for o in report.outcomes if o.program.kind == "infinite"]
+    tiny = [o for o in report.outcomes if o.program.kind == "tiny"]
+    beside_loops = [o for o in tiny if any(start < o.ended_s and o.started_s < end for start, end in loops)]
+    print(f"\nshuffled, per kind (all {len(report.outcomes)} done in {report.wall_s:.1f} s):\n")
+    print(f"| {'kind':<22} | {'n':>4} | {'p50 ms':>8} | {'p99 ms':>8} | {'max ms':>8} | {'correct':>9} | reasons |")
+    print(f"|{'-' * 24}|{'-' * 6}|{'-' * 10}|{'-' * 10}|{'-' * 10}|{'-' * 11}|---------|")
+    for kind in ("tiny", "cpu", "infinite", "exception", "alloc_4g"):
+        outcomes = [o for o in report.outcomes if o.program.kind == kind]
+        if outcomes:
+            print(latency_row(kind, outcomes, time_limit, tolerance))
+        if kind == "tiny" and beside_loops:
+            print(latency_row("tiny while loops ran", beside_loops, time_limit, tolerance))
+    shares = sorted(
+        o.verdict["cpu_cost"] / o.verdict["cost"]
+        for o in report.outcomes
+        if o.program.kind == "infinite" and o.verdict and o.verdict.get("cpu_cost") is not None
+    )
+    if shares:
+        print(
+            f"\ninfinite loops' CPU share (cpu_cost / cost): min {shares[0]:.3f}, median "
+            f"{statistics.median(shares):.3f}, max {shares[-1]:.3f}"
         )
 
 
@@ -156,14 +236,19 @@ async def main_async(args: argparse.Namespace) -> int:
     url = args.url.rstrip("/") + args.endpoint
     programs = workload()
     reports = []
+    print(f"load average before: {load_average()}")
     for kind in args.phases.split(","):
         if kind == "shuffled":
             phase = programs[:]
             random.Random(args.seed).shuffle(phase)
         else:
             phase = [p for p in programs if p.kind == kind]
-        reports.append(await run_phase(kind, phase, url, args.concurrency, args.request_timeout))
+        reports.append(await run_phase(kind, phase, url, args.concurrency, args.request_timeout, args.service_pid))
+    print(f"load average after:  {load_average()}\n")
     print_table(reports, args.time_limit, args.timeout_tolerance)
+    for report in reports:
+        if report.name == "shuffled":
+            print_mixed_table(report, args.time_limit, args.timeout_tolerance)
     print_details(reports, args.time_limit, args.timeout_tolerance)
     return 0 if all(is_correct(o, args.time_limit, args.timeout_tolerance) for r in reports for o in r.outcomes) else 1
 
@@ -178,6 +263,9 @@ def main() -> int:
     parser.add_argument("--request-timeout", type=float, default=3600.0, help="client-side limit per request (s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}")
+    parser.add_argument(
+        "--service-pid", type=int, default=None, help="measure the CPU time of this process and its descendants"
+    )
     args = parser.parse_args()
     unknown = set(args.phases.split(",")) - set(PHASES)
     if unknown:

@@ -4,7 +4,7 @@ Starts an embedded redis-server, N workers whose "sandbox" returns `print(i)`'s 
 a free loopback port; drives it with `judge_bench.py --phases tiny`; prints the requests/s and the CPU time per
 request of each process kind. Compare with judge_bench.py against `code-judge serve` to see the sandbox's share.
 
-    python benchmarks/judge_service_overhead.py [--workers 4]
+    python benchmarks/judge_service_overhead.py [--workers N]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class NoOpSandbox:
 
     mode = "noop"
 
-    def run(self, source: str, stdin: str, limits: Limits) -> ExecutionResult:
+    def run(self, source: str, stdin: str, limits: Limits, on_long: object = None) -> ExecutionResult:
         number = source.removeprefix("print(").removesuffix(")")
         return ExecutionResult(0, None, f"{number}\n", "", False, False, 0.0, None, None)
 
@@ -58,12 +58,13 @@ def wait_for_workers(url: str, count: int, timeout_s: float = 60) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: MAX_WORKERS)")
     args = parser.parse_args()
 
     embedded = EmbeddedRedis()
     settings = JudgeSettings(redis_uri=embedded.start())
-    group = WorkerGroup(settings, args.workers, NoOpSandbox, NoOpSandbox.mode)
+    workers = args.workers or settings.max_workers
+    group = WorkerGroup(settings, workers, NoOpSandbox, NoOpSandbox.mode)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, loop="uvloop", http="httptools",
@@ -74,7 +75,7 @@ def main() -> int:
         threading.Thread(target=server.run, daemon=True).start()
         while not server.started:
             time.sleep(0.05)
-        wait_for_workers(f"http://127.0.0.1:{port}", args.workers)
+        wait_for_workers(f"http://127.0.0.1:{port}", workers)
         pids = {"api": [os.getpid()], "workers": group.pids, "redis": [embedded.pid]}
         before = {kind: sum(cpu_seconds(p) for p in ps) for kind, ps in pids.items()}
         started = time.perf_counter()
@@ -92,7 +93,7 @@ def main() -> int:
             print(bench.stderr[-2000:], file=sys.stderr)
             return bench.returncode
         requests = 500
-        print(f"| process        | CPU ms / request |   (no-op sandbox, {args.workers} workers, {wall:.1f} s)")
+        print(f"| process        | CPU ms / request |   (no-op sandbox, {workers} workers, {wall:.1f} s)")
         print("|----------------|------------------|")
         for kind in pids:
             print(f"| {kind:<14} | {(after[kind] - before[kind]) / requests * 1000:>16.3f} |")

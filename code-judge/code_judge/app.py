@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -47,32 +47,25 @@ def create_app(settings: JudgeSettings) -> FastAPI:
             await service.stop()
 
     app = FastAPI(title="code-judge", lifespan=lifespan)
+    app.add_exception_handler(RequestValidationError, _schema_error)
+    _add_status_routes(app, service, metrics)
+    _add_judge_routes(app, _Judge(service, metrics))
+    return app
 
-    @app.exception_handler(RequestValidationError)
-    async def schema_error(_request: Request, exc: RequestValidationError) -> Response:
-        # FastAPI's own 422 body, but ASCII-escaped: the offending input may hold lone surrogates, which
-        # cannot be encoded as UTF-8 and would otherwise turn the 422 into a 500.
-        body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
-        return Response(body, status_code=422, media_type=_JSON)
 
-    async def judge(
-        endpoint: str, submissions: list[Submission], with_output: bool, timeout_s: float | None
-    ) -> list[bytes]:
-        started = time.perf_counter()
-        metrics.requests.labels(endpoint).inc()
-        metrics.submissions.labels(endpoint).inc(len(submissions))
-        try:
-            verdicts = await service.submit(submissions, with_output, timeout_s)
-        except (Overloaded, RedisUnavailable) as exc:
-            raise HTTPException(503, detail=str(exc), headers={"Retry-After": _RETRY_AFTER_S}) from exc
-        metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
-        return verdicts
+async def _schema_error(_request: Request, exc: Exception) -> Response:
+    # FastAPI's own 422 body, but ASCII-escaped: the offending input may hold lone surrogates, which cannot be
+    # encoded as UTF-8 and would otherwise turn the 422 into a 500.
+    assert isinstance(exc, RequestValidationError)
+    body = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
+    return Response(body, status_code=422, media_type=_JSON)
 
-    def batch_body(sub_id: str | int | None, verdicts: list[bytes]) -> Response:
-        sub_id = str(uuid.uuid4()) if sub_id is None else sub_id
-        body = b'{"sub_id":' + orjson.dumps(sub_id) + b',"results":[' + b",".join(verdicts) + b"]}"
-        return Response(body, media_type=_JSON)
 
+def _unavailable(exc: Exception) -> HTTPException:
+    return HTTPException(503, detail=str(exc), headers={"Retry-After": _RETRY_AFTER_S})
+
+
+def _add_status_routes(app: FastAPI, service: JudgeService, metrics: ApiMetrics) -> None:
     @app.get("/ping")
     async def ping() -> str:
         return "pong"
@@ -82,7 +75,7 @@ def create_app(settings: JudgeSettings) -> FastAPI:
         try:
             return await service.status()
         except RedisUnavailable as exc:
-            raise HTTPException(503, detail=str(exc), headers={"Retry-After": _RETRY_AFTER_S}) from exc
+            raise _unavailable(exc) from exc
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
@@ -92,22 +85,54 @@ def create_app(settings: JudgeSettings) -> FastAPI:
             pass  # the gauges keep their last values; the request counters are still worth serving
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+
+class _Judge:
+    """Submits a request's programs, counts it, and turns overload into 503 + Retry-After."""
+
+    def __init__(self, service: JudgeService, metrics: ApiMetrics):
+        self._service = service
+        self._metrics = metrics
+
+    async def verdicts(
+        self, endpoint: str, submissions: list[Submission], with_output: bool, timeout_s: float | None
+    ) -> list[bytes]:
+        started = time.perf_counter()
+        self._metrics.requests.labels(endpoint).inc()
+        self._metrics.submissions.labels(endpoint).inc(len(submissions))
+        try:
+            verdicts = await self._service.submit(submissions, with_output, timeout_s)
+        except (Overloaded, RedisUnavailable) as exc:
+            raise _unavailable(exc) from exc
+        self._metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+        return verdicts
+
+    async def single(self, endpoint: str, submission: Submission, timeout_s: float | None) -> Response:
+        (verdict,) = await self.verdicts(endpoint, [submission], endpoint == "/run", timeout_s)
+        return Response(verdict, media_type=_JSON)
+
+    async def batch(self, endpoint: str, batch: BatchSubmission, timeout_s: float | None) -> Response:
+        verdicts = await self.verdicts(endpoint, batch.submissions, endpoint.startswith("/run"), timeout_s)
+        sub_id = str(uuid.uuid4()) if batch.sub_id is None else batch.sub_id
+        body = b'{"sub_id":' + orjson.dumps(sub_id) + b',"results":[' + b",".join(verdicts) + b"]}"
+        return Response(body, media_type=_JSON)
+
+
+def _add_judge_routes(app: FastAPI, judge: _Judge) -> None:
     @app.post("/run")
     async def run(submission: Submission, timeout_s: RequestTimeout = None) -> Response:
-        return Response((await judge("/run", [submission], True, timeout_s))[0], media_type=_JSON)
+        return await judge.single("/run", submission, timeout_s)
 
     @app.post("/judge")
     async def judge_one(submission: Submission, timeout_s: RequestTimeout = None) -> Response:
-        return Response((await judge("/judge", [submission], False, timeout_s))[0], media_type=_JSON)
+        return await judge.single("/judge", submission, timeout_s)
 
-    def batch_route(path: str, with_output: bool) -> None:
-        async def batch(batch: BatchSubmission, timeout_s: RequestTimeout = None) -> Response:
-            return batch_body(batch.sub_id, await judge(path, batch.submissions, with_output, timeout_s))
+    # Upstream's batch and long-batch variants behave alike here: nothing is ever dropped from the queue.
+    for path in ("/run/batch", "/judge/batch", "/run/long-batch", "/judge/long-batch"):
+        app.post(path)(_batch_endpoint(judge, path))
 
-        app.post(path)(batch)
 
-    batch_route("/run/batch", True)
-    batch_route("/judge/batch", False)
-    batch_route("/run/long-batch", True)
-    batch_route("/judge/long-batch", False)
-    return app
+def _batch_endpoint(judge: _Judge, path: str) -> Callable[..., Awaitable[Response]]:
+    async def batch(batch: BatchSubmission, timeout_s: RequestTimeout = None) -> Response:
+        return await judge.batch(path, batch, timeout_s)
+
+    return batch

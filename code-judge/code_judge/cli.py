@@ -33,6 +33,10 @@ def sandbox_factory(settings: JudgeSettings, insecure: bool) -> tuple[SandboxFac
         mode="insecure" if insecure else "bwrap",
         python=settings.python_executor_path,
         preload=settings.preload_modules,
+        demote_after_s=settings.demote_after,
+        demote_cpu_s=settings.demote_cpu,
+        demoted_nice=settings.demoted_nice,
+        starved_cpu_share=settings.starved_cpu_share,
     )
     try:
         check_sandbox_support(config)
@@ -79,7 +83,13 @@ def _start_workers(settings: JudgeSettings, insecure: bool, tick: Callable[[], o
     group.start()
     supervisor = threading.Thread(target=supervise, name="worker-supervisor", daemon=True)
     supervisor.start()
-    logger.info("%d workers started (sandbox: %s)", settings.max_workers, mode)
+    logger.info(
+        "%d workers of %d slots (%d short) started (sandbox: %s)",
+        settings.max_workers,
+        settings.worker_slots,
+        settings.worker_short_slots,
+        mode,
+    )
     return _Workers(group, supervisor, failed)
 
 

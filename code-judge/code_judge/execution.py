@@ -38,11 +38,12 @@ class ExecutionResult:
     exception_type: str | None  # e.g. "NameError" for an uncaught exception, "SyntaxError" before running
     exception_line: int | None = None  # line in the user's own source where it was raised
     exception_message: str | None = None  # str(exception), capped
+    cpu_s: float | None = None  # CPU seconds of every process of the run, None where unknown
+    # Stopped by the wall-clock cap while waiting for a CPU it did not get (see SandboxConfig.starved_cpu_share):
+    # an outcome of the machine's load, not of the program.
+    starved: bool = False
 
     @property
     def run_success(self) -> bool:
-        return self.exit_code == 0 and self.signal is None and self.limit_hit not in (
-            LimitHit.WALL_TIME,
-            LimitHit.CPU_TIME,
-            LimitHit.MEMORY,
-        )
+        failed_limits = (LimitHit.WALL_TIME, LimitHit.CPU_TIME, LimitHit.MEMORY)
+        return self.exit_code == 0 and self.signal is None and self.limit_hit not in failed_limits

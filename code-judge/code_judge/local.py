@@ -51,7 +51,9 @@ def local_judge(log_path: Path, workers: int | None = None) -> Iterator[str]:
             if process.poll() is not None:
                 raise RuntimeError(f"code-judge exited with {process.returncode}:\n{log_path.read_text()}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"code-judge did not answer /ping within {START_TIMEOUT_S:.0f} s:\n{log_path.read_text()}")
+                raise TimeoutError(
+                    f"code-judge did not answer /ping within {START_TIMEOUT_S:.0f} s:\n{log_path.read_text()}"
+                )
             time.sleep(0.2)
         yield url
     finally:

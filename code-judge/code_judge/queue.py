@@ -1,12 +1,13 @@
 """The Redis work queue: a reliable list queue with per-worker leases, shared by API processes and workers.
 
 Flow: an API process LPUSHes jobs onto `queue` (one Lua call per request or batch, which also enforces the queue
-bound). A worker moves the oldest job atomically into its own `processing:<worker>` list (its lease), runs it,
-pushes the verdict onto the API's `reply:<api>` list and takes the next job, all in one Lua call. Workers
-heartbeat into the `workers` sorted set (scored by Redis' own clock, so hosts need no clock sync); a worker that
-stops heartbeating is dead and `reap` puts its leased job back at the head of the queue, or answers it with an
-error once it has killed `max_attempts` workers. Replies are framed as `<job id> <body>`: a JSON verdict, or
-`!worker_died` for a job given up on.
+bound). A worker process runs several jobs at once; each of its slots moves the oldest job atomically into the
+worker's `processing:<worker>` list (its leases), runs it, then in one Lua call pushes the verdict onto the API's
+`reply:<api>` list, removes that job from its leases and leases the next one. Workers heartbeat into the
+`workers` sorted set (scored by Redis' own clock, so hosts need no clock sync); a worker that stops heartbeating
+is dead and `reap` puts every job it leased back at the head of the queue, or answers a job with an error once
+it has been leased by `max_attempts` workers that died. Replies are framed as `<job id> <body>`: a JSON verdict,
+or `!worker_died` for a job given up on.
 """
 
 from __future__ import annotations
@@ -30,14 +31,23 @@ for i = 2, #ARGV do redis.call('LPUSH', KEYS[1], ARGV[i]) end
 return redis.call('LLEN', KEYS[1])
 """
 
-# KEYS: processing, queue, reply. ARGV: reply message ('' = none), reply expiry (s).
-_FINISH_AND_TAKE = """
+# KEYS: processing, queue, reply. ARGV: reply message ('' = none), reply expiry (s), the finished job as leased
+# ('' = none), '1' to lease the next job.
+_FINISH = """
 if ARGV[1] ~= '' then
   redis.call('RPUSH', KEYS[3], ARGV[1])
   redis.call('EXPIRE', KEYS[3], ARGV[2])
 end
-redis.call('DEL', KEYS[1])
-return redis.call('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'LEFT')
+if ARGV[3] ~= '' then redis.call('LREM', KEYS[1], 1, ARGV[3]) end
+if ARGV[4] == '1' then return redis.call('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'LEFT') end
+return false
+"""
+
+# KEYS: processing, queue. Every leased job goes back to the head of the queue, the oldest lease first in line.
+_GIVE_BACK = """
+local moved = 0
+while redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT') do moved = moved + 1 end
+return moved
 """
 
 _HEARTBEAT = """
@@ -165,7 +175,7 @@ def connect_async(uri: str, socket_timeout_s: float, max_connections: int = 32) 
 
 
 class WorkerQueue:
-    """A worker's side of the queue (blocking; one job at a time)."""
+    """A worker's side of the queue (blocking). Thread-safe: each slot of the worker uses it with its own jobs."""
 
     def __init__(self, client: redis.Redis, keys: QueueKeys, worker_id: str, reply_expire_s: float):
         self._client = client
@@ -173,7 +183,8 @@ class WorkerQueue:
         self.worker_id = worker_id
         self._lease = keys.processing(worker_id)
         self._reply_expire_s = int(reply_expire_s)
-        self._finish_and_take = client.register_script(_FINISH_AND_TAKE)
+        self._finish = client.register_script(_FINISH)
+        self._give_back = client.register_script(_GIVE_BACK)
         self._heartbeat = client.register_script(_HEARTBEAT)
 
     def heartbeat(self) -> None:
@@ -183,14 +194,14 @@ class WorkerQueue:
         """Lease the oldest job, waiting up to `block_s` for one."""
         return self._client.blmove(self._keys.queue, self._lease, block_s, "RIGHT", "LEFT")
 
-    def finish_and_take(self, reply_key: str | None, message: bytes | None) -> bytes | None:
-        """Deliver a verdict (if any), release the lease and lease the next job without blocking."""
-        args = [message or b"", self._reply_expire_s]
-        return self._finish_and_take(keys=[self._lease, self._keys.queue, reply_key or self._lease], args=args)
+    def finish(self, job: bytes, reply_key: str | None, message: bytes | None, take_next: bool) -> bytes | None:
+        """Deliver a job's verdict (if any) and drop its lease; with `take_next`, lease the next job without blocking."""
+        args = [message or b"", self._reply_expire_s, job, "1" if take_next else "0"]
+        return self._finish(keys=[self._lease, self._keys.queue, reply_key or self._lease], args=args)
 
-    def give_back(self) -> None:
-        """Return the leased, not yet started job to the head of the queue (clean shutdown)."""
-        self._client.lmove(self._lease, self._keys.queue, "LEFT", "RIGHT")
+    def give_back(self) -> int:
+        """Return every leased job to the head of the queue (clean shutdown, once no slot runs anything)."""
+        return int(self._give_back(keys=[self._lease, self._keys.queue]))
 
     def deregister(self) -> None:
         self._client.zrem(self._keys.workers, self.worker_id)

@@ -43,10 +43,31 @@ class RedisUnavailable(Exception):
     """Redis could not take the submission; the client should retry later."""
 
 
+class MissingVerdict(RuntimeError):
+    """A submission ended up without a verdict: a bug, reported rather than misaligning answers with requests."""
+
+
 @dataclass
 class _Pending:
     future: asyncio.Future[bytes]
     payload: bytes  # kept to re-submit the job if Redis loses it
+
+
+@dataclass
+class _Item:
+    """One submission of a request on its way to a verdict."""
+
+    spec: JobSpec
+    verdict: bytes | None = None
+    key: bytes | None = None  # the queued job's id; None for a submission answered without running
+    payload: bytes = b""
+    future: asyncio.Future[bytes] | None = None
+
+
+def _verdict_of(index: int, item: _Item) -> bytes:
+    if item.verdict is None:
+        raise MissingVerdict(f"submission {index} (sub_id {item.spec.sub_id!r}) has no verdict")
+    return item.verdict
 
 
 class JudgeService:
@@ -108,65 +129,59 @@ class JudgeService:
         started = time.monotonic()
         wait_s = self._settings.max_queue_wait_time if timeout_s is None else timeout_s
         deadline = time.time() + wait_s
-        loop = asyncio.get_running_loop()
-        verdicts: list[bytes | None] = [None] * len(submissions)
-        specs: list[JobSpec] = []
-        waiting: list[tuple[int, bytes, asyncio.Future[bytes]]] = []
-        payloads: list[bytes] = []
-        for index, sub in enumerate(submissions):
-            spec = JobSpec(
-                sub_id=str(uuid.uuid4()) if sub.sub_id is None else sub.sub_id,
-                expected_output=sub.expected_output,
-                with_output=with_output,
-                max_output_chars=self._settings.max_stdout_error_length,
-            )
-            specs.append(spec)
-            if sub.type is not SubmissionType.PYTHON:
-                message = f"type {sub.type.value!r} is not supported: this judge runs only type 'python'"
-                verdicts[index] = self._service_verdict(spec, INVALID_INPUT, message, 0.0)
-                continue
-            job_id = uuid.uuid4().hex
-            payload = orjson.dumps(
-                {
-                    "id": job_id,
-                    "reply": self._queue.reply_key,
-                    "sub_id": spec.sub_id,
-                    "code": sub.solution,
-                    "stdin": sub.input or "",
-                    "expected": sub.expected_output,
-                    "with_output": with_output,
-                    "deadline": deadline,
-                }
-            )
-            future: asyncio.Future[bytes] = loop.create_future()
-            key = job_id.encode()
-            self._pending[key] = _Pending(future, payload)
-            waiting.append((index, key, future))
-            payloads.append(payload)
-        if payloads:
-            keys = [key for _, key, _ in waiting]
-            await self._enqueue(payloads, keys)
+        items = [self._prepare(sub, with_output, deadline) for sub in submissions]
+        queued = [item for item in items if item.key is not None]
+        if queued:
+            await self._enqueue([item.payload for item in queued], [item.key for item in queued])
+            await self._collect(queued, deadline, wait_s, started)
+        return [_verdict_of(index, item) for index, item in enumerate(items)]
+
+    def _prepare(self, sub: Submission, with_output: bool, deadline: float) -> _Item:
+        """The item for one submission: answered at once when it cannot run, else a job waiting for its verdict."""
+        spec = JobSpec(
+            sub_id=str(uuid.uuid4()) if sub.sub_id is None else sub.sub_id,
+            expected_output=sub.expected_output,
+            with_output=with_output,
+            max_output_chars=self._settings.max_stdout_error_length,
+        )
+        if sub.type is not SubmissionType.PYTHON:
+            message = f"type {sub.type.value!r} is not supported: this judge runs only type 'python'"
+            return _Item(spec, verdict=self._service_verdict(spec, INVALID_INPUT, message, 0.0))
+        job_id = uuid.uuid4().hex
+        payload = orjson.dumps(
+            {
+                "id": job_id,
+                "reply": self._queue.reply_key,
+                "sub_id": spec.sub_id,
+                "code": sub.solution,
+                "stdin": sub.input or "",
+                "expected": sub.expected_output,
+                "with_output": with_output,
+                "deadline": deadline,
+            }
+        )
+        item = _Item(spec, key=job_id.encode(), payload=payload, future=asyncio.get_running_loop().create_future())
+        self._pending[item.key] = _Pending(item.future, payload)
+        return item
+
+    async def _collect(self, items: list[_Item], deadline: float, wait_s: float, started: float) -> None:
+        """Wait for the queued items' verdicts until the deadline; what has none by then answers queue_timeout."""
+        self.metrics.pending.set(len(self._pending))
+        try:
+            done, _ = await asyncio.wait([item.future for item in items], timeout=max(0.0, deadline - time.time()))
+        finally:
+            # Answered, timed out, or the request was cancelled: nobody waits for what is left any more.
+            self._forget([item.key for item in items])
             self.metrics.pending.set(len(self._pending))
-            try:
-                done, _ = await asyncio.wait([f for _, _, f in waiting], timeout=max(0.0, deadline - time.time()))
-            finally:
-                # Answered, timed out, or the request was cancelled: nobody waits for what is left any more.
-                self._forget(keys)
-                self.metrics.pending.set(len(self._pending))
-            for index, _, future in waiting:
-                if future in done and future.exception() is not None:
-                    message = str(future.exception())
-                    verdicts[index] = self._service_verdict(
-                        specs[index], INTERNAL_ERROR, message, time.monotonic() - started
-                    )
-                elif future in done:
-                    verdicts[index] = self._finished_verdict(specs[index], future.result(), started)
-                else:
-                    message = f"no verdict within the request's deadline of {wait_s:g} s"
-                    verdicts[index] = self._service_verdict(
-                        specs[index], QUEUE_TIMEOUT, message, time.monotonic() - started
-                    )
-        return [v for v in verdicts if v is not None]
+        for item in items:
+            if item.future not in done:
+                message = f"no verdict within the request's deadline of {wait_s:g} s"
+                item.verdict = self._service_verdict(item.spec, QUEUE_TIMEOUT, message, time.monotonic() - started)
+            elif item.future.exception() is not None:
+                message = str(item.future.exception())
+                item.verdict = self._service_verdict(item.spec, INTERNAL_ERROR, message, time.monotonic() - started)
+            else:
+                item.verdict = self._finished_verdict(item.spec, item.future.result(), started)
 
     async def _enqueue(self, payloads: list[bytes], keys: list[bytes]) -> None:
         try:

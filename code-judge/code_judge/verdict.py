@@ -4,8 +4,10 @@ Upstream fields keep upstream meaning: `run_success` = exited with status 0 with
 `run_success` and, when `expected_output` is given, `stdout.strip() == expected_output.strip()`; `reason` is ""
 for a normal pass or fail (exceptions included), `worker_timeout` when the wall or CPU limit fired,
 `queue_timeout` when the API stopped waiting, `internal_error` when the service failed, `invalid_input` for an
-unsupported `type`. Extra fields (ignored by old clients): `exception_type`, `exception_line`,
-`exception_message`, `exit_code`, `signal`, `truncated` and `limit` (the sandbox limit that fired, or null).
+unsupported `type`. One reason is our own: `worker_starved`, the wall-clock cap stopped a program that was
+waiting for a CPU the loaded machine did not give it (an infrastructure outcome, not the program's fault).
+Extra fields (ignored by old clients): `exception_type`, `exception_line`, `exception_message`, `exit_code`,
+`signal`, `truncated`, `limit` (the sandbox limit that fired, or null) and `cpu_cost` (CPU seconds of the run).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from code_judge.execution import ExecutionResult, LimitHit
 
 WORKER_TIMEOUT = "worker_timeout"
+WORKER_STARVED = "worker_starved"
 QUEUE_TIMEOUT = "queue_timeout"
 INTERNAL_ERROR = "internal_error"
 INVALID_INPUT = "invalid_input"
@@ -43,7 +46,9 @@ def execution_verdict(spec: JobSpec, result: ExecutionResult) -> dict[str, Any]:
     if success and spec.expected_output is not None:
         # Output past the sandbox's capture cap is unknown, so it cannot be declared equal.
         success = not result.stdout_truncated and result.stdout.strip() == spec.expected_output.strip()
-    reason = WORKER_TIMEOUT if result.limit_hit in _TIME_LIMITS else ""
+    reason = ""
+    if result.limit_hit in _TIME_LIMITS:
+        reason = WORKER_STARVED if result.starved else WORKER_TIMEOUT
     stdout, stdout_cut = _cut(result.stdout, spec.max_output_chars)
     stderr, stderr_cut = _cut(result.stderr, spec.max_output_chars)
     verdict: dict[str, Any] = {
@@ -64,6 +69,7 @@ def execution_verdict(spec: JobSpec, result: ExecutionResult) -> dict[str, Any]:
         signal=result.signal,
         truncated=result.stdout_truncated or result.stderr_truncated or stdout_cut or stderr_cut,
         limit=None if result.limit_hit is None else result.limit_hit.value,
+        cpu_cost=result.cpu_s,
     )
     return verdict
 
@@ -88,5 +94,6 @@ def service_verdict(spec: JobSpec, reason: str, message: str, cost_s: float) -> 
         signal=None,
         truncated=False,
         limit=None,
+        cpu_cost=None,
     )
     return verdict

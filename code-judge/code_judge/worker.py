@@ -1,4 +1,10 @@
-"""Workers: processes that lease jobs from Redis, run them in a sandbox and reply; and the group that keeps N alive."""
+"""Workers: processes that lease jobs from Redis, run them in a sandbox and reply; and the group that keeps N alive.
+
+A worker process runs up to `worker_slots` programs at once, one per slot thread, all in one Sandbox (a pool of
+warm zygotes). At most `worker_short_slots` of them may be young: a slot needs a short-slot token to lease a job,
+and gives it back once its run has gone on for `demote_after` seconds. So a program that sleeps or loops holds a
+slot but not the short slot, and the worker keeps taking short programs while it runs.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +31,7 @@ from code_judge.verdict import INTERNAL_ERROR, JobSpec, execution_verdict, servi
 
 logger = logging.getLogger(__name__)
 
-_TAKE_BLOCK_S = 1.0  # how often an idle worker looks at its stop flag
+_TAKE_BLOCK_S = 1.0  # how often an idle slot looks at its stop flag
 _SUPERVISE_INTERVAL_S = 0.5
 _STABLE_AFTER_S = 10.0  # a worker that dies sooner counts as failing to start
 _MAX_RESPAWN_DELAY_S = 30.0
@@ -34,7 +41,9 @@ _REDIS_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
 class SandboxLike(Protocol):
     mode: str
 
-    def run(self, source: str, stdin: str, limits: Limits) -> ExecutionResult: ...
+    def run(
+        self, source: str, stdin: str, limits: Limits, on_long: Callable[[], object] | None = None
+    ) -> ExecutionResult: ...
 
     def close(self) -> None: ...
 
@@ -42,15 +51,25 @@ class SandboxLike(Protocol):
 SandboxFactory = Callable[[], SandboxLike]
 
 
-class Worker:
+@dataclass
+class _Delivery:
+    job: bytes  # as leased, to drop the lease
+    reply_key: str | None  # None: nothing to deliver (the client stopped waiting)
+    message: bytes | None
+
+
+class Slot:
     """Runs leased jobs one at a time; a finished verdict is delivered before anything else happens."""
 
-    def __init__(self, queue: WorkerQueue, sandbox_factory: SandboxFactory, settings: JudgeSettings):
+    def __init__(
+        self, queue: WorkerQueue, sandbox: SandboxLike, settings: JudgeSettings, short_slots: threading.Semaphore
+    ):
         self._queue = queue
-        self._sandbox_factory = sandbox_factory
-        self._sandbox = sandbox_factory()
+        self._sandbox = sandbox
         self._settings = settings
         self._limits = settings.limits
+        self._short_slots = short_slots
+        self._holds_short_slot = False
 
     def handle(self, raw: bytes) -> tuple[str, bytes] | None:
         """Run one job; (reply key, reply message), or None for a job whose client has stopped waiting."""
@@ -65,54 +84,61 @@ class Worker:
             max_output_chars=self._settings.max_stdout_error_length,
         )
         try:
-            verdict = execution_verdict(spec, self._sandbox.run(job["code"], job["stdin"], self._limits))
-        except Exception as exc:  # the sandbox itself failed: answer the client, start a fresh sandbox
+            result = self._sandbox.run(job["code"], job["stdin"], self._limits, on_long=self._leave_short_slot)
+        except Exception as exc:
+            if _cannot_start_sandboxes(exc):
+                raise  # no zygote can start: the worker stops and its group restarts it (see _serve_slot)
+            # This run's zygote failed (the sandbox already dropped it): answer the client.
             logger.exception("sandbox failed on job %s", job["id"])
             verdict = service_verdict(spec, INTERNAL_ERROR, f"sandbox failure: {type(exc).__name__}: {exc}", 0.0)
-            self._restart_sandbox()
+        else:
+            verdict = execution_verdict(spec, result)
         return job["reply"], job["id"].encode() + b" " + orjson.dumps(verdict)
-
-    def _restart_sandbox(self) -> None:
-        self._sandbox.close()
-        self._sandbox = self._sandbox_factory()
 
     def serve(self, stop: threading.Event) -> None:
         job: bytes | None = None  # leased, not yet run
-        undelivered: tuple[str, bytes] | None = None
+        delivery: _Delivery | None = None
         failures = 0
         while not stop.is_set():
             try:
-                if undelivered is not None:
-                    job = self._queue.finish_and_take(*undelivered)
-                    undelivered = None
-                elif job is None:
-                    job = self._queue.take(_TAKE_BLOCK_S)
-                else:
+                if delivery is not None:
+                    job = self._deliver(delivery, take_next=self._holds_short_slot)
+                    delivery = None
+                elif job is not None:
                     answer = self.handle(job)
+                    delivery = _Delivery(job, *(answer or (None, None)))
                     job = None
-                    if answer is None:
-                        job = self._queue.finish_and_take(None, None)
-                    else:
-                        undelivered = answer
+                elif self._enter_short_slot():
+                    job = self._queue.take(_TAKE_BLOCK_S)
                 failures = 0
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 delay = _REDIS_BACKOFF_S[min(failures, len(_REDIS_BACKOFF_S) - 1)]
                 failures += 1
                 logger.warning("redis unavailable (%s); retrying in %.1f s", exc, delay)
                 stop.wait(delay)
-        self._shutdown(job, undelivered)
+        # A job leased but not run stays leased: the worker gives all of them back once every slot has stopped.
+        if delivery is not None:
+            self._deliver(delivery, take_next=False)
+        self._leave_short_slot()
 
-    def _shutdown(self, job: bytes | None, undelivered: tuple[str, bytes] | None) -> None:
-        try:
-            if undelivered is not None:
-                job = self._queue.finish_and_take(*undelivered)
-            if job is not None:
-                self._queue.give_back()
-            self._queue.deregister()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            # The lease stays in Redis; the reaper re-queues it once this worker's heartbeat is stale.
-            logger.warning("could not hand back work at shutdown: %s", exc)
-        self._sandbox.close()
+    def _deliver(self, delivery: _Delivery, take_next: bool) -> bytes | None:
+        return self._queue.finish(delivery.job, delivery.reply_key, delivery.message, take_next)
+
+    def _enter_short_slot(self) -> bool:
+        if not self._holds_short_slot:
+            self._holds_short_slot = self._short_slots.acquire(timeout=_TAKE_BLOCK_S)
+        return self._holds_short_slot
+
+    def _leave_short_slot(self) -> None:
+        if self._holds_short_slot:
+            self._holds_short_slot = False
+            self._short_slots.release()
+
+
+def _cannot_start_sandboxes(exc: Exception) -> bool:
+    from code_judge.sandbox import SandboxUnavailable  # not at import time: workers with a fake sandbox skip it
+
+    return isinstance(exc, SandboxUnavailable)
 
 
 def _heartbeat_loop(queue: WorkerQueue, interval_s: float, stop: threading.Event) -> None:
@@ -123,22 +149,60 @@ def _heartbeat_loop(queue: WorkerQueue, interval_s: float, stop: threading.Event
             logger.warning("heartbeat failed: %s", exc)
 
 
+def _serve_slot(slot: Slot, stop: threading.Event, failed: threading.Event) -> None:
+    try:
+        slot.serve(stop)
+    except Exception:
+        # The whole worker stops and exits non-zero, so its group reaps it: the job this slot held is re-queued
+        # (or, once it has been leased by MAX_ATTEMPTS workers that failed, answered `internal_error`).
+        logger.exception("a slot failed; stopping this worker")
+        failed.set()
+        stop.set()
+
+
 def worker_process_main(settings: JudgeSettings, worker_id: str, sandbox_factory: SandboxFactory) -> None:
-    """Entry point of one worker process."""
+    """Entry point of one worker process: `settings.worker_slots` slot threads sharing one sandbox."""
     die_with_parent()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s worker {os.getpid()}: %(message)s")
-    stop = threading.Event()
+    stop, failed = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     assert settings.redis_uri is not None
     client = connect_sync(settings.redis_uri, settings.redis_socket_timeout)
     queue = WorkerQueue(client, QueueKeys(settings.redis_key_prefix), worker_id, settings.redis_result_expire)
-    worker = Worker(queue, sandbox_factory, settings)
+    sandbox = sandbox_factory()
+    short_slots = threading.Semaphore(settings.worker_short_slots)
     queue.heartbeat()  # registered only once its sandbox is warm
     beat = threading.Thread(target=_heartbeat_loop, args=(queue, settings.worker_heartbeat_interval, stop), daemon=True)
     beat.start()
-    worker.serve(stop)
+    threads = [
+        threading.Thread(target=_serve_slot, args=(Slot(queue, sandbox, settings, short_slots), stop, failed))
+        for _ in range(settings.worker_slots)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(timeout=1.0)  # a timed join keeps the main thread responsive to signals
+    if not failed.is_set():
+        _hand_back(queue)
+    sandbox.close()
     client.close()
+    if failed.is_set():
+        sys.exit(1)
+
+
+def _hand_back(queue: WorkerQueue) -> None:
+    """Clean shutdown: return the jobs leased but never run, and deregister."""
+    try:
+        returned = queue.give_back()
+        queue.deregister()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # The leases stay in Redis; the reaper re-queues them once this worker's heartbeat is stale.
+        logger.warning("could not hand back work at shutdown: %s", exc)
+        return
+    if returned:
+        logger.info("gave back %d leased jobs", returned)
 
 
 @dataclass
@@ -150,7 +214,7 @@ class _Child:
 
 
 class WorkerGroup:
-    """Keeps `count` worker processes alive; a dead worker's leased job is re-queued at once.
+    """Keeps `count` worker processes alive; a dead worker's leased jobs are re-queued at once.
 
     Workers that keep dying right after they start (a sandbox that cannot come up, say) are respawned with
     exponential backoff instead of in a tight loop.
@@ -227,7 +291,7 @@ class WorkerGroup:
             logger.warning("could not reap worker %s now: %s", worker_id, exc)
             return
         if requeued or given_up:
-            logger.warning("worker %s died holding a job: %d re-queued, %d given up", worker_id, requeued, given_up)
+            logger.warning("worker %s died holding jobs: %d re-queued, %d given up", worker_id, requeued, given_up)
 
     def stop(self, grace_s: float) -> None:
         self._stop.set()

@@ -55,13 +55,30 @@ async def test_jobs_are_served_in_order_and_replies_reach_the_api(api_queue, syn
     leased = worker.take(block_s=1)
     assert json.loads(leased)["id"] == "first"
     assert sync_client.lrange(KEYS.processing("w1"), 0, -1) == [leased]  # the lease
-    following = worker.finish_and_take(reply, b"first {}")
+    following = worker.finish(leased, reply, b"first {}", take_next=True)
     assert json.loads(following)["id"] == "second"
     assert sync_client.lrange(KEYS.processing("w1"), 0, -1) == [following]
     assert sync_client.ttl(reply) > 0  # an abandoned reply list does not live forever
     assert await api_queue.pop_replies(block_s=1) == [b"first {}"]
-    assert worker.finish_and_take(reply, b"second {}") is None
+    assert worker.finish(following, reply, b"second {}", take_next=True) is None
     assert sync_client.llen(KEYS.processing("w1")) == 0
+
+
+async def test_slots_of_one_worker_hold_separate_leases(api_queue, sync_client):
+    policy = ReapPolicy(heartbeat_timeout_s=5, max_attempts=2, reply_expire_s=60)
+    reply = api_queue.reply_key
+    await api_queue.enqueue([job(name, reply) for name in ("a", "b", "c", "d")], 100)
+    worker = WorkerQueue(sync_client, KEYS, "w1", reply_expire_s=60)
+    slot_a, slot_b, slot_c = worker.take(1), worker.take(1), worker.take(1)
+    # Finishing one slot's job drops that lease only; a long run's slot takes nothing next.
+    assert worker.finish(slot_b, reply, b"b {}", take_next=False) is None
+    assert sync_client.lrange(KEYS.processing("w1"), 0, -1) == [slot_c, slot_a]
+    # A clean stop gives back what was leased, oldest first in line, ahead of what was still queued.
+    assert worker.give_back() == 2
+    assert [json.loads(worker.take(1))["id"] for _ in range(3)] == ["a", "c", "d"]
+    # A dead worker's leases are all re-queued.
+    assert reap_sync(sync_client, KEYS, policy, "w1") == (3, 0)
+    assert await api_queue.queue_length() == 3
 
 
 async def test_job_of_a_dead_worker_is_rerun_then_given_up(api_queue, sync_client):

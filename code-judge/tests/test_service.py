@@ -61,3 +61,26 @@ async def test_stop_returns_even_when_the_redis_client_swallows_the_cancellation
     await asyncio.sleep(0.1)  # the dispatcher is inside its blocking pop
     await asyncio.wait_for(broker.stop(), timeout=3.0)
     assert broker._dispatcher.done()
+
+
+async def test_a_submission_left_without_a_verdict_is_an_error_not_a_shorter_answer(service, monkeypatch):
+    """Dropping it would shift every later verdict onto the wrong submission."""
+    from code_judge.service import MissingVerdict
+
+    monkeypatch.setattr(service, "_finished_verdict", lambda spec, body, started: None)
+    fake_reply = asyncio.create_task(_answer_first_job(service))
+    with pytest.raises(MissingVerdict, match=r"submission 1 \(sub_id 'b'\) has no verdict"):
+        await service.submit(
+            [Submission(type="cpp", solution="x", sub_id="a"), Submission(type="python", solution="1", sub_id="b")],
+            with_output=False,
+            timeout_s=5,
+        )
+    await fake_reply
+
+
+async def _answer_first_job(service) -> None:
+    """Play a worker: wait for the queued job and resolve it with a verdict body."""
+    while not service._pending:
+        await asyncio.sleep(0.01)
+    (key,) = service._pending
+    service._resolve([key + b' {"reason": ""}'])

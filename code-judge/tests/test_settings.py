@@ -42,3 +42,17 @@ def test_bad_values_name_the_variable(name, value):
 def test_heartbeat_timeout_must_leave_room_for_missed_beats():
     with pytest.raises(SettingsError, match="WORKER_HEARTBEAT_TIMEOUT"):
         JudgeSettings(worker_heartbeat_interval=1.0, worker_heartbeat_timeout=1.5)
+
+
+def test_cpu_budget_and_slots_are_read_and_checked():
+    settings = JudgeSettings.from_env(
+        {"MAX_EXECUTION_TIME": "10", "MAX_CPU_TIME": "2.5", "WORKER_SLOTS": "8", "STARVED_CPU_SHARE": "0.05"}
+    )
+    assert (settings.limits.wall_time_s, settings.limits.cpu_time_s) == (10.0, 2.5)
+    assert settings.worker_slots == 8 and settings.starved_cpu_share == 0.05
+    with pytest.raises(SettingsError, match="WORKER_SHORT_SLOTS"):
+        JudgeSettings(worker_slots=2, worker_short_slots=3)
+    with pytest.raises(SettingsError, match="DEMOTED_NICE"):
+        JudgeSettings.from_env({"DEMOTED_NICE": "-5"})
+    with pytest.raises(SettingsError, match="MAX_CPU_TIME"):
+        JudgeSettings.from_env({"MAX_CPU_TIME": "0"})

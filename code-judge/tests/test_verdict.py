@@ -44,6 +44,14 @@ def test_time_limits_give_worker_timeout_and_name_the_limit():
         assert verdict["limit"] == limit.value and verdict["signal"] == 9
 
 
+def test_a_starved_run_answers_worker_starved_with_the_cpu_it_used():
+    starved = result(exit_code=None, signal=9, limit_hit=LimitHit.WALL_TIME, cost_s=10.0, cpu_s=0.05, starved=True)
+    verdict = execution_verdict(spec(), starved)
+    assert verdict["reason"] == "worker_starved" and verdict["limit"] == "wall_time"
+    assert verdict["cpu_cost"] == 0.05 and verdict["run_success"] is False
+    assert execution_verdict(spec(), result(cpu_s=0.002))["cpu_cost"] == 0.002
+
+
 def test_memory_limit_is_a_plain_failure_not_a_timeout():
     verdict = execution_verdict(spec(), result(exit_code=1, limit_hit=LimitHit.MEMORY, exception_type="MemoryError"))
     assert verdict["reason"] == "" and verdict["limit"] == "memory" and verdict["exception_type"] == "MemoryError"

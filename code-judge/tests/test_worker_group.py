@@ -9,7 +9,7 @@ import time
 
 from code_judge.execution import ExecutionResult
 from code_judge.settings import JudgeSettings
-from code_judge.worker import Worker, WorkerGroup
+from code_judge.worker import Slot, WorkerGroup
 from judge_harness import wait_until
 
 
@@ -45,7 +45,7 @@ class RecordingSandbox:
     def __init__(self) -> None:
         self.sources: list[str] = []
 
-    def run(self, source, stdin, limits):
+    def run(self, source, stdin, limits, on_long=None):
         self.sources.append(source)
         return ExecutionResult(0, None, stdin, "", False, False, 0.01, None, None)
 
@@ -61,12 +61,46 @@ def job(deadline: float, **changes) -> bytes:
 
 def test_worker_skips_jobs_whose_client_stopped_waiting():
     sandbox = RecordingSandbox()
-    worker = Worker(queue=None, sandbox_factory=lambda: sandbox, settings=JudgeSettings())
-    assert worker.handle(job(deadline=time.time() - 1)) is None
+    slot = Slot(queue=None, sandbox=sandbox, settings=JudgeSettings(), short_slots=threading.Semaphore(1))
+    assert slot.handle(job(deadline=time.time() - 1)) is None
     assert sandbox.sources == []
-    reply_key, message = worker.handle(job(deadline=time.time() + 60))
+    reply_key, message = slot.handle(job(deadline=time.time() + 60))
     job_id, _, body = message.partition(b" ")
     verdict = json.loads(body)
     assert (reply_key, job_id) == ("r", b"j1")
     assert verdict["sub_id"] == 3 and verdict["success"] is True and verdict["stdout"] == "hi\n"
     assert sandbox.sources == ["print(input())"]
+
+
+class SandboxThatCannotStartZygotes:
+    mode = "unstartable"
+
+    def run(self, source, stdin, limits, on_long=None):
+        from code_judge.sandbox import SandboxUnavailable
+
+        raise SandboxUnavailable("no zygote can start here")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_job_whose_slot_fails_is_rerun_then_answered_not_lost(redis_process):
+    from code_judge.metrics import ApiMetrics
+    from code_judge.schemas import Submission
+    from code_judge.service import JudgeService
+
+    settings = JudgeSettings(redis_uri=redis_process.uri, max_attempts=2)
+    service = JudgeService(settings, ApiMetrics())
+    await service.start()
+    group = WorkerGroup(settings, 1, SandboxThatCannotStartZygotes, SandboxThatCannotStartZygotes.mode)
+    group.start()
+    supervisor = threading.Thread(target=group.supervise)
+    supervisor.start()
+    try:
+        (verdict,) = await service.submit([Submission(type="python", solution="print(1)")], True, timeout_s=60)
+    finally:
+        group.stop(grace_s=5)
+        supervisor.join(timeout=5)
+        await service.stop()
+    answer = json.loads(verdict)
+    assert answer["reason"] == "internal_error" and "died 2 times" in answer["stderr"]

@@ -20,6 +20,15 @@ class SandboxConfig:
     scratch_bytes: int = 256 * 1024 * 1024  # size of the private tmpfs holding each run's writable dir
     startup_timeout_s: float = 60.0  # importing the preloads on a loaded 2-core machine can take seconds
     backstop_s: float = 0.5  # how long after the wall limit the supervisor stops waiting for the zygote
+    # A run still going after this many seconds is long: the caller is told (Sandbox.run on_long) and, once it
+    # has used `demote_cpu_s` of CPU, its processes drop to `demoted_nice`, so short runs and the service itself
+    # get the CPU first (see priority.py).
+    demote_after_s: float = 0.5
+    demote_cpu_s: float = 0.25
+    demoted_nice: int = 0  # the nice value of long runs; 0 keeps them at the default priority (the service sets it)
+    # A run stopped by the wall-clock cap is starved, not slow, when it waited for a CPU for at least half of
+    # its time and still received less than this share of one CPU: the machine, not the program, stopped it.
+    starved_cpu_share: float = 0.02
 
     @property
     def light_preload(self) -> tuple[str, ...] | None:
@@ -37,3 +46,11 @@ class SandboxConfig:
             raise ValueError(f"sandbox uid must be >= 0, got {self.uid}")
         if self.scratch_bytes <= 0:
             raise ValueError(f"scratch_bytes must be positive, got {self.scratch_bytes}")
+        if self.demote_after_s <= 0:
+            raise ValueError(f"demote_after_s must be positive, got {self.demote_after_s}")
+        if self.demote_cpu_s < 0:
+            raise ValueError(f"demote_cpu_s must be >= 0, got {self.demote_cpu_s}")
+        if not 0 <= self.demoted_nice <= 19:
+            raise ValueError(f"demoted_nice must be within 0..19, got {self.demoted_nice}")
+        if not 0 <= self.starved_cpu_share < 1:
+            raise ValueError(f"starved_cpu_share must be within [0, 1), got {self.starved_cpu_share}")

@@ -14,6 +14,7 @@ import time
 from .config import SandboxConfig
 from .errors import SandboxCrashed, SandboxUnavailable
 from .launcher import launch_spec, start_process
+from .priority import descendants
 
 logger = logging.getLogger(__name__)
 MAX_REPLY_BYTES = 65536
@@ -24,6 +25,7 @@ CLOSE_TIMEOUT_S = 5.0
 class ZygoteProcess:
     def __init__(self, config: SandboxConfig):
         self.config = config
+        self._ending: str | None = None  # how it ended, once killed
         self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # A file, not a pipe: nobody reads the zygote's stderr until it dies, so it must never block it.
         self.stderr = tempfile.TemporaryFile()
@@ -52,6 +54,11 @@ class ZygoteProcess:
             )
         self.base_vm_bytes: int = ready["base_vm_bytes"]
         self.packages: frozenset[str] = frozenset(ready["packages"])
+        # The zygote's own pid on the host: bwrap's only child, or the process we started in insecure mode.
+        inner = [self.process.pid] if config.mode == "insecure" else descendants(self.process.pid)
+        if not inner:
+            raise SandboxUnavailable(f"the {config.mode} sandbox exited right after starting ({self.kill()})")
+        self.zygote_pid = inner[0]
         logger.info(
             "sandbox zygote %d up (%s mode, preloads %s, python %s, %d MiB mapped before any program, "
             "%d MiB in huge pages)",
@@ -100,7 +107,14 @@ class ZygoteProcess:
 
     def kill(self) -> str:
         """Kill the whole sandbox (its pid namespace dies with it) and describe how the zygote ended."""
+        if self._ending is not None:
+            return self._ending
         if self.process.poll() is None:
+            if self.config.mode == "insecure":
+                # No pid namespace to take everything down: a run in its own session is outside our process
+                # group, so its processes are killed one by one.
+                for pid in descendants(self.process.pid):
+                    kill_quietly(pid)
             os.killpg(self.process.pid, signal.SIGKILL)
         returncode = self.process.wait()
         self.sock.close()
@@ -108,4 +122,12 @@ class ZygoteProcess:
         self.stderr.seek(max(0, self.stderr.tell() - STDERR_TAIL_BYTES))
         tail = self.stderr.read().decode(errors="replace").strip()
         self.stderr.close()
-        return f"zygote exited with {returncode}" + (f": {tail}" if tail else "")
+        self._ending = f"zygote exited with {returncode}" + (f": {tail}" if tail else "")
+        return self._ending
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

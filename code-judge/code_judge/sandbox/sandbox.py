@@ -6,28 +6,39 @@ import errno
 import logging
 import math
 import os
+import select
 import signal
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from ..execution import ExecutionResult, LimitHit, Limits
 from .capture import OutputCollector, output_pipe
 from .config import SandboxConfig
 from .errors import SandboxCrashed, SandboxError
+from .priority import can_restore_priority, run_cpu_seconds, set_run_priority
 from .process import ZygoteProcess
 from .routing import Router
 
 logger = logging.getLogger(__name__)
 # After the zygote has killed every process of a run, its output pipes close at once; this only bounds a bug.
 DRAIN_S = 2.0
+DEMOTE_SWEEP_S = 0.25  # how often a long run's CPU use is checked, and its new processes lowered too
+STARTER_THREADS = 4  # zygotes starting at once (a burst of overlapping runs)
+RESTORE_LEAD_S = 0.25  # a lowered run gets its priority back this long before its wall-clock cap
 PROCESS_SLACK = 4
 HEAVY, LIGHT = "heavy", "light"
 
 
 class Sandbox:
-    """One warm zygote with every preload, plus a light one without the heavy modules when `preload` has any.
+    """Warm zygotes that run one program each at a time; several threads may run programs at once.
 
-    Each program runs in the light zygote unless its source names a module only the heavy one has loaded.
+    There are two flavours: one with every preload, plus a light one without the heavy modules when `preload`
+    has any. Each program runs in the light flavour unless its source names a module only the heavy one has
+    loaded. One zygote of each flavour starts with the sandbox; more start when runs overlap, and every idle
+    zygote is kept for the next run of its flavour.
     """
 
     def __init__(self, config: SandboxConfig):
@@ -36,60 +47,69 @@ class Sandbox:
         self._configs = {HEAVY: config}
         if config.light_preload is not None:
             self._configs[LIGHT] = replace(config, preload=config.light_preload)
-        self._zygotes: dict[str, ZygoteProcess | None] = dict.fromkeys(self._configs)
+        self._lock = threading.Lock()
+        # bwrap dies with the *thread* that started it (--die-with-parent is a parent-death signal, which Linux
+        # ties to the creating thread), so zygotes are started by threads that live as long as the sandbox.
+        self._starter = ThreadPoolExecutor(STARTER_THREADS, thread_name_prefix="zygote-starter")
+        self._idle: dict[str, list[ZygoteProcess]] = {flavour: [] for flavour in self._configs}
+        self._running: set[ZygoteProcess] = set()
+        self._closed = False
+        self._demoted_nice = config.demoted_nice if config.demoted_nice and can_restore_priority() else 0
+        if config.demoted_nice and not self._demoted_nice:
+            logger.warning(
+                "long runs keep the default CPU priority: lowering them needs CAP_SYS_NICE and CAP_SYS_ADMIN"
+            )
         # Every run gets the same address-space limit, whichever zygote runs it: its memory budget on top of what
         # the largest zygote maps. So a program the router sends to the light zygote fits exactly when it would
         # fit in the heavy one, even if it imports the heavy modules itself.
         self._base_vm_bytes = 0
+        packages: dict[str, frozenset[str]] = {}
         try:
             for flavour in self._configs:
-                self._live_zygote(flavour)
+                zygote = self._new_zygote(flavour)
+                packages[flavour] = zygote.packages
+                self._idle[flavour].append(zygote)
         except BaseException:
             self.close()
             raise
-        heavy, light = self._zygotes[HEAVY], self._zygotes.get(LIGHT)
-        self._router = Router(heavy.packages - light.packages if heavy is not None and light is not None else ())
+        self._router = Router(packages[HEAVY] - packages[LIGHT] if LIGHT in packages else ())
 
-    def run(self, source: str, stdin: str, limits: Limits) -> ExecutionResult:
-        """Run one program. Any program gives a result; only the sandbox's own failures raise SandboxError."""
+    def run(
+        self, source: str, stdin: str, limits: Limits, on_long: Callable[[], object] | None = None
+    ) -> ExecutionResult:
+        """Run one program. Any program gives a result; only the sandbox's own failures raise SandboxError.
+
+        `on_long` is called (once, from this thread) when the run has gone on for `config.demote_after_s`.
+        """
         check_limits(limits)
         flavour = HEAVY if LIGHT not in self._configs or self._router.needs_heavy(source) else LIGHT
-        zygote = self._live_zygote(flavour)
+        zygote = self._acquire(flavour)
         try:
-            pipes = self._start(zygote, source, stdin, limits)
-        except SandboxCrashed as error:
-            # It died before taking the program (e.g. killed while idle): nothing ran, so run it in a new one.
-            logger.warning("%s; starting a new zygote", error)
-            zygote = self._live_zygote(flavour)
-            pipes = self._start(zygote, source, stdin, limits)
-        collector = OutputCollector(*pipes, cap=limits.max_output_bytes)
-        try:
-            started = time.monotonic()
-            deadline = started + limits.wall_time_s + self.config.backstop_s
-            collector.pump(deadline, stop_fd=zygote.fileno())
             try:
-                reply = zygote.receive(deadline)
+                pipes = self._start(zygote, source, stdin, limits)
             except SandboxCrashed as error:
-                self._forget(zygote)
-                raise SandboxCrashed(f"the sandbox zygote died during a run: {error}") from error
-            if reply is None:
-                return self._abandon(zygote, collector, time.monotonic() - started)
-            if not collector.pump(time.monotonic() + DRAIN_S):
-                self._discard(zygote)
-                raise SandboxError("output pipes stayed open after every process of the run was killed")
-            if reply["retire"]:
-                logger.warning("sandbox zygote could not clean up after a run; replacing it")
-                self._forget(zygote)
-                zygote.close()
-            return to_result(reply, collector, limits)
+                # It died before taking the program (e.g. killed while idle): nothing ran, so run it in a new one.
+                logger.warning("%s; starting a new zygote", error)
+                self._release(zygote)
+                zygote = self._acquire(flavour)
+                pipes = self._start(zygote, source, stdin, limits)
+            return self._supervise(zygote, pipes, limits, on_long)
+        except BaseException:
+            # The zygote's state is unknown after a failure of our own: never hand it another program.
+            zygote.kill()
+            raise
         finally:
-            collector.close()
+            self._release(zygote)
 
     def close(self) -> None:
-        for flavour, zygote in self._zygotes.items():
-            if zygote is not None:
-                zygote.close()
-                self._zygotes[flavour] = None
+        with self._lock:
+            self._closed = True
+            idle = [zygote for zygotes in self._idle.values() for zygote in zygotes]
+            for zygotes in self._idle.values():
+                zygotes.clear()
+        for zygote in idle:
+            zygote.close()
+        self._stop_starter_when_unused()
 
     def __enter__(self) -> Sandbox:
         return self
@@ -97,22 +117,114 @@ class Sandbox:
     def __exit__(self, *_exc) -> None:
         self.close()
 
-    def _live_zygote(self, flavour: str) -> ZygoteProcess:
-        zygote = self._zygotes[flavour]
-        if zygote is not None and not zygote.alive():
-            logger.warning("sandbox zygote died between runs (%s); starting a new one", zygote.kill())
-            zygote = self._zygotes[flavour] = None
-        if zygote is None:
-            zygote = ZygoteProcess(self._configs[flavour])
-            self._zygotes[flavour] = zygote
+    def _new_zygote(self, flavour: str) -> ZygoteProcess:
+        zygote = self._starter.submit(ZygoteProcess, self._configs[flavour]).result()
+        with self._lock:
             self._base_vm_bytes = max(self._base_vm_bytes, zygote.base_vm_bytes)
         return zygote
 
-    def _forget(self, zygote: ZygoteProcess) -> None:
-        """Drop a dead or retired zygote; the next run that needs its flavour starts a new one."""
-        for flavour, held in self._zygotes.items():
-            if held is zygote:
-                self._zygotes[flavour] = None
+    def _acquire(self, flavour: str) -> ZygoteProcess:
+        """An idle live zygote of this flavour, or a new one; the caller owns it until _release."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox is closed")
+            idle = self._idle[flavour]
+            while idle:
+                zygote = idle.pop()  # the most recently used: its pages are the likeliest to be cached
+                if zygote.alive():
+                    self._running.add(zygote)
+                    return zygote
+                logger.warning("sandbox zygote died between runs (%s); starting a new one", zygote.kill())
+        # Outside the lock: start-up takes a while, and other threads' runs need not wait for it.
+        zygote = self._new_zygote(flavour)
+        with self._lock:
+            self._running.add(zygote)
+        return zygote
+
+    def _release(self, zygote: ZygoteProcess) -> None:
+        """Keep a zygote that is still fit to run programs; one that died, retired or was killed is dropped."""
+        with self._lock:
+            self._running.discard(zygote)
+            if zygote.alive() and not self._closed:
+                self._idle[self._flavour_of(zygote)].append(zygote)
+                return
+        if zygote.alive():
+            zygote.close()
+        self._stop_starter_when_unused()
+
+    def _stop_starter_when_unused(self) -> None:
+        # Zygotes still running a program would die with their starter thread, so it waits for the last one.
+        with self._lock:
+            unused = self._closed and not self._running
+        if unused:
+            self._starter.shutdown()
+
+    def _flavour_of(self, zygote: ZygoteProcess) -> str:
+        return next(flavour for flavour, config in self._configs.items() if config is zygote.config)
+
+    def _supervise(
+        self,
+        zygote: ZygoteProcess,
+        pipes: tuple[int, int],
+        limits: Limits,
+        on_long: Callable[[], object] | None,
+    ) -> ExecutionResult:
+        collector = OutputCollector(*pipes, cap=limits.max_output_bytes)
+        try:
+            started = time.monotonic()
+            deadline = started + limits.wall_time_s + self.config.backstop_s
+            self._wait_for_reply(zygote, collector, started, limits.wall_time_s, on_long)
+            try:
+                reply = zygote.receive(deadline)
+            except SandboxCrashed as error:
+                raise SandboxCrashed(f"the sandbox zygote died during a run: {error}") from error
+            if reply is None:
+                return self._abandon(zygote, collector, time.monotonic() - started)
+            if not collector.pump(time.monotonic() + DRAIN_S):
+                logger.warning("output pipes of a finished run stayed open; killed its zygote (%s)", zygote.kill())
+                raise SandboxError("output pipes stayed open after every process of the run was killed")
+            if reply["retire"]:
+                logger.warning("sandbox zygote could not clean up after a run; replacing it")
+                zygote.close()
+            return to_result(reply, collector, limits, self.config.starved_cpu_share)
+        finally:
+            collector.close()
+
+    def _wait_for_reply(
+        self,
+        zygote: ZygoteProcess,
+        collector: OutputCollector,
+        started: float,
+        wall_time_s: float,
+        on_long: Callable[[], object] | None,
+    ) -> None:
+        """Read the program's output until the zygote replies or the deadline passes.
+
+        After `demote_after_s` the run is long and `on_long` is called once. From then on, when lowering is
+        enabled, a long run that has used `demote_cpu_s` of CPU drops to `demoted_nice` (re-applied every
+        DEMOTE_SWEEP_S, for the processes it starts later) until RESTORE_LEAD_S before its wall-clock cap, when
+        it gets the default priority back (see priority.py).
+        """
+        deadline = started + wall_time_s + self.config.backstop_s
+        restore_at = started + wall_time_s - RESTORE_LEAD_S
+        check_at, is_long, lowered = started + self.config.demote_after_s, False, False
+        while True:
+            until = min(check_at, deadline)
+            collector.pump(until, stop_fd=zygote.fileno())
+            # Also covers a program that closed both pipes early: then only the zygote's socket is left to wait on.
+            if readable(zygote.fileno(), until - time.monotonic()) or time.monotonic() >= deadline:
+                return
+            if not is_long and on_long is not None:
+                on_long()
+            is_long, check_at = True, deadline
+            if self._demoted_nice and time.monotonic() < restore_at:
+                if lowered or run_cpu_seconds(zygote.zygote_pid) >= self.config.demote_cpu_s:
+                    set_run_priority(zygote.zygote_pid, self._demoted_nice)
+                    lowered = True
+                check_at = min(time.monotonic() + DEMOTE_SWEEP_S, restore_at)
+            elif lowered:
+                set_run_priority(zygote.zygote_pid, 0)
+                lowered = False
 
     def _start(self, zygote: ZygoteProcess, source: str, stdin: str, limits: Limits) -> tuple[int, int]:
         stdout_read, stdout_write = output_pipe()
@@ -135,7 +247,6 @@ class Sandbox:
         try:
             zygote.send(request, handed_over)
         except SandboxCrashed:
-            self._forget(zygote)
             os.close(stdout_read)
             os.close(stderr_read)
             raise
@@ -147,7 +258,7 @@ class Sandbox:
 
     def _abandon(self, zygote: ZygoteProcess, collector: OutputCollector, elapsed: float) -> ExecutionResult:
         """The zygote missed the deadline (stopped or starved): kill the whole sandbox; the next run starts anew."""
-        logger.warning("sandbox zygote missed the wall-time deadline; killed it (%s)", self._discard(zygote))
+        logger.warning("sandbox zygote missed the wall-time deadline; killed it (%s)", zygote.kill())
         collector.pump(time.monotonic() + DRAIN_S)
         return ExecutionResult(
             exit_code=None,
@@ -161,9 +272,9 @@ class Sandbox:
             exception_type=None,
         )
 
-    def _discard(self, zygote: ZygoteProcess) -> str:
-        self._forget(zygote)
-        return zygote.kill()
+
+def readable(fd: int, timeout_s: float) -> bool:
+    return bool(select.select([fd], [], [], max(0.0, timeout_s))[0])
 
 
 def check_limits(limits: Limits) -> None:
@@ -188,7 +299,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def to_result(reply: dict, collector: OutputCollector, limits: Limits) -> ExecutionResult:
+def to_result(reply: dict, collector: OutputCollector, limits: Limits, starved_cpu_share: float) -> ExecutionResult:
     report = reply["report"] or {}
     if "setup_error" in report:
         raise SandboxError(f"the sandbox failed to prepare the program: {report['setup_error']}")
@@ -204,6 +315,22 @@ def to_result(reply: dict, collector: OutputCollector, limits: Limits) -> Execut
         exception_type=report.get("type"),
         exception_line=report.get("line"),
         exception_message=report.get("message"),
+        cpu_s=reply["total_cpu_s"],
+        starved=starved(reply, starved_cpu_share),
+    )
+
+
+def starved(reply: dict, cpu_share: float) -> bool:
+    """Stopped by the wall-clock cap after waiting for a CPU at least half the time and getting less than `cpu_share`.
+
+    A sleeping or blocked program does not wait for a CPU, so it is never starved: the cap stopped it fairly.
+    """
+    wait_s = reply["cpu_wait_s"]
+    return (
+        reply["timed_out"]
+        and wait_s is not None
+        and wait_s >= reply["cost_s"] / 2
+        and reply["total_cpu_s"] < cpu_share * reply["cost_s"]
     )
 
 

@@ -203,6 +203,7 @@ class Zygote:
         rlimits = rlimits_for(request)
         source_path = os.path.join(workdir, SOURCE_NAME)
         report_read, report_write = os.pipe()
+        cpu_before = children_cpu_seconds()
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
@@ -215,7 +216,10 @@ class Zygote:
             os.close(fd)
         os.close(report_write)
         timed_out = not wait_for_exit(pid, request["wall_time_s"])
+        cpu_wait_s = None
         if timed_out:
+            # Read before the kill: once the processes are gone, so is their scheduler record.
+            cpu_wait_s = self.cpu_wait_seconds()
             self.signal_everything()
         _, status, usage = os.wait4(pid, 0)
         cost_s = time.monotonic() - started
@@ -228,10 +232,27 @@ class Zygote:
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "cost_s": cost_s,
             "cpu_s": usage.ru_utime + usage.ru_stime,
+            # Every process of the run has been reaped by now (by us: we are their init or subreaper).
+            "total_cpu_s": children_cpu_seconds() - cpu_before,
+            "cpu_wait_s": cpu_wait_s,
             "timed_out": timed_out,
             "strays": strays,
             "report": report,
         }
+
+    def cpu_wait_seconds(self):
+        """Seconds the run's live processes spent runnable but waiting for a CPU, or None where unknown."""
+        pids = list_namespace_processes() if self.isolated else list_descendants()
+        total = 0
+        for pid in pids:
+            try:
+                # Fields: time on a CPU, time waiting on a run queue (both ns), time slices.
+                total += int(read_all(os.open(f"/proc/{pid}/schedstat", os.O_RDONLY)).split()[1])
+            except FileNotFoundError:
+                continue  # exited meanwhile
+            except (OSError, IndexError, ValueError):
+                return None  # a kernel without scheduler statistics
+        return total / 1e9
 
     def make_workdir(self) -> str:
         if self.isolated:
@@ -360,6 +381,16 @@ def reap_exited() -> tuple:
         reaped += 1
 
 
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def list_namespace_processes() -> list:
+    """Every process of this pid namespace but its init (us)."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and name != "1"]
+
+
 def list_descendants() -> list:
     found, frontier = [], [os.getpid()]
     while frontier:
@@ -434,6 +465,10 @@ def run_child(rlimits: tuple, workdir: str, source_path: str, fds: list, report_
 def prepare_child(rlimits: tuple, workdir: str, source_path: str, fds: list) -> bytes:
     """Turn the fresh fork into the program's process; return the program's source."""
     source_fd, stdin_fd, stdout_fd, stderr_fd = fds
+    # A session of its own: where the kernel groups sessions for CPU sharing (autogroup), each run is one group,
+    # so the supervisor can lower a long run's priority without lowering ours, and a run's share does not grow
+    # with the number of processes it starts.
+    os.setsid()
     os.dup2(stdin_fd, STDIN_FD)
     os.dup2(stdout_fd, STDOUT_FD)
     os.dup2(stderr_fd, STDERR_FD)

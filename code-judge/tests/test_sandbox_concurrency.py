@@ -1,0 +1,100 @@
+"""One Sandbox serving several threads at once, and the CPU priority of runs that go on for long."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from code_judge.execution import LimitHit, Limits
+from code_judge.sandbox import Sandbox, SandboxConfig
+from code_judge.sandbox.priority import can_restore_priority, descendants
+
+CONFIG = SandboxConfig(preload=("math",), warm_up=False, demote_after_s=0.5, demote_cpu_s=0.05, demoted_nice=19)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(CONFIG) as box:
+        yield box
+
+
+def test_runs_from_several_threads_overlap_in_separate_zygotes(sandbox):
+    source = "import os, time\nstarted = time.time()\ntime.sleep(2)\nprint(started, time.time(), os.getpid())"
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda _: sandbox.run(source, "", Limits(wall_time_s=10)), range(6)))
+    spans = [tuple(map(float, result.stdout.split()[:2])) for result in results]
+    assert all(result.run_success for result in results)
+    assert max(start for start, _ in spans) < min(end for _, end in spans)  # all six were running at once
+
+
+@pytest.mark.skipif(not can_restore_priority(), reason="lowering long runs needs CAP_SYS_NICE and CAP_SYS_ADMIN")
+def test_a_long_run_drops_to_the_lowest_priority_and_gets_it_back_before_its_cap(sandbox):
+    # A busy program that records its own nice value and its session's autogroup nice whenever they change.
+    source = textwrap.dedent(
+        """
+        import os, time
+        seen = None
+        while True:
+            now = (os.getpriority(os.PRIO_PROCESS, 0), open("/proc/self/autogroup").read().split()[-1])
+            if now != seen:
+                print(*now, flush=True)
+                seen = now
+            busy_until = time.process_time() + 0.01
+            while time.process_time() < busy_until:
+                pass
+        """
+    )
+    calls = []
+    result = sandbox.run(source, "", Limits(wall_time_s=3.0), on_long=lambda: calls.append(time.monotonic()))
+    assert result.limit_hit is LimitHit.WALL_TIME
+    # The two values change one after the other, so the program may catch them half-way: those states are
+    # skipped. On a busy machine it may also see its first state only once it was already lowered.
+    states = [line for line in result.stdout.splitlines() if len(set(line.split())) == 1]
+    assert states in (["0 0", "19 19", "0 0"], ["19 19", "0 0"])
+    assert len(calls) == 1
+
+
+def test_a_long_run_that_mostly_sleeps_keeps_its_priority(sandbox):
+    source = "import os, time\ntime.sleep(1.5)\nprint(os.getpriority(os.PRIO_PROCESS, 0))"
+    calls = []
+    result = sandbox.run(source, "", Limits(wall_time_s=5.0), on_long=lambda: calls.append(1))
+    assert result.stdout == "0\n" and calls == [1]
+
+
+def test_a_short_run_is_never_long_and_no_zygote_is_ever_lowered(sandbox):
+    calls = []
+    result = sandbox.run("print(1)", "", Limits(), on_long=lambda: calls.append(1))
+    assert result.stdout == "1\n" and calls == []
+    # Zygotes are the children of this process' bwrap processes; long runs above ran in some of them.
+    zygotes = [pid for pid in descendants(os.getpid()) if _parent_command(pid) == "bwrap"]
+    assert zygotes and [os.getpriority(os.PRIO_PROCESS, pid) for pid in zygotes] == [0] * len(zygotes)
+
+
+def test_cpu_time_of_every_process_of_a_run_is_reported():
+    source = textwrap.dedent(
+        """
+        import os, time
+        def burn(seconds):
+            end = time.process_time() + seconds
+            while time.process_time() < end:
+                pass
+        if os.fork() == 0:
+            burn(0.3)
+            os._exit(0)
+        burn(0.3)
+        os.wait()
+        """
+    )
+    with Sandbox(SandboxConfig(preload=("math",), warm_up=False)) as unlowered:
+        result = unlowered.run(source, "", Limits(wall_time_s=30))
+    assert result.run_success and result.cpu_s >= 0.6
+
+
+def _parent_command(pid: int) -> str:
+    parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    return Path(f"/proc/{parent}/comm").read_text().strip()
