@@ -39,6 +39,8 @@ def input_errors_exit_1(command):
 
 
 FILTERED_PARQUET = "filtered_sr.parquet"
+# Where the reference implementation's data_filter.sh reads its stats (next to the 30K parquet).
+REFERENCE_STATS_NAME = "Open-AgentRL-30K.filtered.parquet.success.jsonl"
 FILTERED_STATS = "filtered_sr.stats.jsonl"
 NO_TOOL_SUFFIX = ".notool"
 TRAIN_30K = Path("Open-AgentRL-30K") / "Open-AgentRL-30K.parquet"
@@ -75,8 +77,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     filt = commands.add_parser("filter", help="stratified sampling by rollout success rate")
     filt.add_argument("--dataset", type=Path, required=True, help="the dataset the stats were computed on")
-    filt.add_argument("--stats", type=Path, required=True, help="stats JSONL: one record per prompt, uid = row index")
-    filt.add_argument("--output-dir", type=Path, required=True, help=f"where {FILTERED_PARQUET} is written")
+    filt.add_argument(
+        "--stats",
+        type=Path,
+        required=True,
+        help=f"stats JSONL: one record per prompt, uid = row index (the reference names it {REFERENCE_STATS_NAME})",
+    )
+    filt.add_argument(
+        "--output-dir", "--output_dir", type=Path, required=True, help=f"where {FILTERED_PARQUET} is written"
+    )
+    filt.add_argument(
+        "--retain-code",
+        "--retain_code",
+        action="store_true",
+        help="keep every code row solved at least once: only the 0/8 bucket's ratio applies to code rows",
+    )
     filt.add_argument(
         "--success_rate_ratios",
         "--success-rate-ratios",
@@ -147,7 +162,7 @@ def run_filter(args: argparse.Namespace) -> int:
     ratios = parse_success_rate_ratios(args.ratios, args.attempts)
     rows = read_rows(args.dataset)
     stats = read_stats(args.stats, args.attempts)
-    result = filter_by_success_rate(rows, stats, ratios, args.attempts)
+    result = filter_by_success_rate(rows, stats, ratios, args.attempts, retain_code=args.retain_code)
     write_parquet(result.rows, args.output_dir / FILTERED_PARQUET)
     write_jsonl(result.stats, args.output_dir / FILTERED_STATS)
     Console().print(bucket_table(result))
@@ -160,7 +175,10 @@ def run_filter(args: argparse.Namespace) -> int:
 
 
 def bucket_table(result: FilterResult) -> Table:
-    table = Table(title="kept per success-rate bucket")
+    title = "kept per success-rate bucket" + (
+        " (--retain-code: code rows filtered at 0/8 only)" if result.retain_code else ""
+    )
+    table = Table(title=title)
     for column in ("bucket", "ratio", "non-code kept/total", "code kept/total", "kept"):
         table.add_column(column, justify="right")
     for bucket in range(result.attempts + 1):

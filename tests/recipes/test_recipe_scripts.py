@@ -156,6 +156,23 @@ def test_data_filter_script(tmp_path):
     assert (tmp_path / "prepared" / "filtered_sr.notool.parquet").is_file()
 
 
+@pytest.mark.slow
+def test_data_filter_script_finds_the_reference_stats_file_where_the_reference_keeps_it(tmp_path):
+    reference = tmp_path / "dataset" / "Open-AgentRL-30K"
+    reference.mkdir(parents=True)
+    rows = [json.loads(line) for line in (SAMPLES / "open-agentrl-30k.sample.jsonl").read_text().splitlines()]
+    pd.DataFrame(rows).to_parquet(reference / "Open-AgentRL-30K.parquet")
+    stats = (SAMPLES / "filter-stats.sample.jsonl").read_text()
+    (reference / "Open-AgentRL-30K.filtered.parquet.success.jsonl").write_text(stats)
+    env = {"CLEANER_ROOT": str(tmp_path), "STATS": ""}
+    result = run(ROOT / "data_filter.sh", env, "--retain_code")
+    assert result.returncode == 0, result.stderr
+    # default ratios: of the math rows only the 3/8 one survives (a single row per bucket: int(1 * 0.8) = 0 at
+    # 1/8); --retain_code keeps the three code rows (solved 2, 4 and 5 times), the 2/8 one included
+    assert "kept 4 of 7 rows" in result.stdout
+    assert (tmp_path / "dataset" / "prepared" / "filtered_sr.parquet").is_file()
+
+
 def test_data_filter_script_says_which_input_is_missing(tmp_path):
     result = run(
         ROOT / "data_filter.sh",
