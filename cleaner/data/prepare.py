@@ -25,11 +25,11 @@ from cleaner.data.sources import (
     NUMERIC_HINT,
     STDIO_HINT,
     TOOL_HINT,
-    TaskKind,
     math_intro,
     rule_for,
 )
 from cleaner.names import AGENT_NAME
+from cleaner.source_kinds import TaskKind
 
 logger = logging.getLogger(__name__)
 

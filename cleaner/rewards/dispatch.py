@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 from enum import Enum
 from typing import Any
 
@@ -12,6 +11,7 @@ from cleaner.rewards.gpqa_reward import score_gpqa
 from cleaner.rewards.math_reward import score_math
 from cleaner.rewards.result import RewardResult
 from cleaner.saar.stats import SCALAR_EXTRA_FIELD_KEYS
+from cleaner.source_kinds import TaskKind, known_patterns, source_rule
 
 
 class RewardKind(str, Enum):
@@ -20,22 +20,14 @@ class RewardKind(str, Enum):
     CODE = "code"
 
 
-# Case-insensitive shell patterns, first match wins. They cover the Open-AgentRL training sources (math_dapo,
-# mega-science, train-math-{numinamath1.5_*,deepscaler,still3,aime19832023,omnimath}, train-code-{taco,leetcode}-*,
-# test-code-leetcode-*) and the evaluation sets (AIME2024, AIME2025, gpqa_diamond, LiveCodeBench_v6).
-DATA_SOURCE_PATTERNS: tuple[tuple[str, RewardKind], ...] = (
-    ("gpqa*", RewardKind.GPQA),
-    ("*code*", RewardKind.CODE),
-    ("lcb*", RewardKind.CODE),
-    ("*taco*", RewardKind.CODE),
-    ("*math*", RewardKind.MATH),
-    ("aime*", RewardKind.MATH),
-    ("mega*science*", RewardKind.MATH),
-    ("*deepscaler*", RewardKind.MATH),
-    ("*numina*", RewardKind.MATH),
-    ("*still*", RewardKind.MATH),
-    ("*omni*math*", RewardKind.MATH),
-)
+# The scorer of each task kind (the kind of a data_source: cleaner.source_kinds, shared with data preparation).
+REWARD_OF_TASK: dict[TaskKind, RewardKind] = {
+    TaskKind.MATH: RewardKind.MATH,
+    TaskKind.AIME: RewardKind.MATH,
+    TaskKind.GPQA: RewardKind.GPQA,
+    TaskKind.CODE: RewardKind.CODE,
+    TaskKind.LCB: RewardKind.CODE,
+}
 
 
 def reward_kind(data_source: str, extra_sources: dict[str, str] | None = None) -> RewardKind:
@@ -48,11 +40,11 @@ def reward_kind(data_source: str, extra_sources: dict[str, str] | None = None) -
             kinds = [kind.value for kind in RewardKind]
             mapped = extra_sources[data_source]
             raise ValueError(f"data_sources maps {data_source!r} to {mapped!r}; use one of {kinds}") from None
-    for pattern, kind in DATA_SOURCE_PATTERNS:
-        if fnmatch.fnmatch(data_source.lower(), pattern):
-            return kind
+    rule = source_rule(data_source)
+    if rule is not None:
+        return REWARD_OF_TASK[rule.kind]
     raise ValueError(
-        f"no reward for data_source {data_source!r}: it matches none of {[p for p, _ in DATA_SOURCE_PATTERNS]}; "
+        f"no reward for data_source {data_source!r}: it matches none of {known_patterns()}; "
         "map it with the reward option data_sources={<name>: math|gpqa|code}"
     )
 

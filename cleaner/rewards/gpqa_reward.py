@@ -8,7 +8,6 @@ from typing import Any
 from cleaner.rewards.final_answer import final_turn, last_boxed
 from cleaner.rewards.result import Reason, RewardResult
 
-CHOICES = "ABCD"
 # `\text{B}`, `\textbf{(B)}`, `\mathrm{B}` ... are unwrapped to their content before the letter is read.
 _LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 # The letter, optionally in parentheses, then the end or a separator before the option's text: "B", "(B)",

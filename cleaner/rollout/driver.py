@@ -20,6 +20,7 @@ from typing import Any
 
 from cleaner.names import AGENT_NAME
 from cleaner.resources import AGENT_LOOP_CONFIG, TOOL_CONFIG, resource_path
+from cleaner.tools.tool_config import write_tool_config
 from cleaner.trajectory.record import CallTiming, build_record, trajectory_key
 from cleaner.trajectory.store import RecordFile
 
@@ -72,14 +73,7 @@ def tool_config_with_judge(source: Path, judge_url: str | None, workdir: Path) -
     """The tool yaml, with every tool's `judge_url` pointed at `judge_url` (if given)."""
     if judge_url is None:
         return source
-    from omegaconf import OmegaConf
-
-    data = OmegaConf.to_container(OmegaConf.load(source))
-    for tool in data.get("tools", []):
-        tool.setdefault("config", {})["judge_url"] = judge_url
-    target = workdir / source.name
-    OmegaConf.save(OmegaConf.create(data), target)
-    return target
+    return write_tool_config(source, workdir / Path(source).name, judge_url)
 
 
 def trainer_overrides(settings: RolloutSettings, tool_config: Path, saar: bool) -> list[str]:

@@ -27,6 +27,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from cleaner.names import AGENT_NAME
+from cleaner.tools.tool_config import write_tool_config
 from cleaner.verl.config_checks import (
     TrainerConfigError,
     current_reward_key,
@@ -141,15 +142,6 @@ def _validate_tools(config: DictConfig) -> None:
             raise RecipeConfigError(f"tool class {tool['class_name']}: module {module} is not importable")
         if tool["class_name"].endswith(".CodeInterpreterTool"):
             CodeInterpreterConfig.from_dict(tool.get("config") or {})
-
-
-def write_tool_config(source: Path, target: Path, judge_url: str) -> None:
-    """A copy of the tool yaml whose tools talk to `judge_url`."""
-    tools = yaml.safe_load(source.read_text())
-    for tool in tools["tools"]:
-        tool["config"]["judge_url"] = judge_url
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(tools, sort_keys=False))
 
 
 def _split_override(override: str) -> tuple[str, str, str | None]:

@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "cleaner"
 # Floor of each top-level module or subpackage of `cleaner`; a module may import its own floor and below.
 FLOORS: dict[str, int] = {
     "names": 0,
+    "source_kinds": 0,
     "resources": 0,
     "saar": 1,
     "trajectory": 2,
