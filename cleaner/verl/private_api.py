@@ -88,6 +88,14 @@ PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
         ("self", "content", "agent_data"),
         "agent_loop",
     ),
+    # the tool-DPO estimators' inputs (cleaner.verl.tool_dpo.hooks)
+    PrivateMethod(
+        "verl.trainer.ppo.v1.trainer_base",
+        "PPOTrainer._compute_advantage",
+        ("self", "batch", "metrics"),
+        "tool_dpo.hooks",
+    ),
+    PrivateMethod("verl.trainer.ppo.v1.utils", "compute_advantage", ("data", "adv_estimator"), "tool_dpo.hooks"),
     # the reward manager (cleaner.verl.reward_manager)
     PrivateMethod(
         "verl.experimental.reward_loop.reward_manager.dapo",

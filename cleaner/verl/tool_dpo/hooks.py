@@ -119,6 +119,10 @@ def install() -> None:
     from verl.trainer.ppo.v1 import utils as v1_utils
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
+    from cleaner.verl.private_api import require_verl_api
+
+    require_verl_api()
+
     if not getattr(PPOTrainer._compute_advantage, _MARK, False):
         PPOTrainer._compute_advantage = _wrap_compute_advantage_step(PPOTrainer._compute_advantage)
     if not getattr(v1_utils.compute_advantage, _MARK, False):
