@@ -13,9 +13,15 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from cleaner.saar.outcome import ErrorCategory, ToolOutcome
-from cleaner.tools.cell import build_program
+from cleaner.tools.cell import auto_imports, build_program
 from cleaner.tools.feedback import INFRA_TEXT, bad_call_text, classify, render
-from cleaner.tools.judge_client import JudgeClientConfig, JudgeSubmission, JudgeUnavailable, shared_judge_client
+from cleaner.tools.judge_client import (
+    JudgeClientConfig,
+    JudgeSubmission,
+    JudgeUnavailable,
+    shared_judge_client,
+    with_judge_url,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -29,14 +35,17 @@ class CodeInterpreterConfig:
     max_output_chars: int = 4096  # per stream, before verl's max_tool_response_length cut of the whole text
     stateful: bool = False  # replay this trajectory's earlier successful cells before each new one
     print_last_expression: bool = True  # notebook-style: show the value of a final bare expression
+    auto_imports: str = "reference"  # names a cell gets without importing them (cleaner.tools.cell.AUTO_IMPORTS)
 
     def __post_init__(self) -> None:
         if self.max_output_chars < 32:
             raise ValueError(f"code_interpreter: max_output_chars must be >= 32, got {self.max_output_chars!r}")
+        auto_imports(self.auto_imports)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> CodeInterpreterConfig:
         """Read the tool's yaml `config:` block. `type` belongs to verl; every other key must be known."""
+        raw = with_judge_url(raw)  # the reference's host_addr/host_port
         judge_fields = {("judge_url" if f.name == "url" else f.name): f for f in fields(JudgeClientConfig)}
         own_fields = {f.name: f for f in fields(cls) if f.name != "judge"}
         unknown = sorted(set(raw) - set(judge_fields) - set(own_fields) - {"type"})
@@ -110,7 +119,8 @@ class CodeInterpreter:
         if problem is not None:
             return bad_call_text(problem), ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail=problem)
         code = parameters[CODE_ARG]
-        program = build_program(code, history or (), echo=self.settings.print_last_expression)
+        imports = auto_imports(self.settings.auto_imports)
+        program = build_program(code, history or (), echo=self.settings.print_last_expression, imports=imports)
         client = shared_judge_client(self.settings.judge)
         try:
             verdict = await client.run(JudgeSubmission(code=program.source))

@@ -53,6 +53,40 @@ class JudgeClientConfig:
                 raise ValueError(f"JudgeClientConfig.{name} must be >= 0, got {getattr(self, name)!r}")
 
 
+# The reference implementation's tool yaml names the judge by host and port (its defaults: localhost, 8088).
+REFERENCE_ADDRESS_KEYS = ("host_addr", "host_port")
+# Its micro-batching keys, which have no exact equivalent here.
+_REFERENCE_BATCHING_KEYS = {
+    "request_processor_batch_size": "max_batch_size (items per /run/long-batch request)",
+    "request_processor_concurrency": "max_connections (concurrent HTTP requests)",
+    "request_processor_batch_timeout_seconds": "batch_wait_ms (how long a call waits for others to join its batch)",
+}
+
+
+def with_judge_url(raw: dict[str, Any]) -> dict[str, Any]:
+    """A tool `config:` block with the reference's `host_addr`/`host_port` turned into the `judge_url` they name."""
+    batching = sorted(set(raw) & set(_REFERENCE_BATCHING_KEYS))
+    if batching:
+        raise ValueError(
+            "code_interpreter: the reference's request_processor_* keys are not used here; the closest keys are "
+            + "; ".join(f"{key} -> {_REFERENCE_BATCHING_KEYS[key]}" for key in batching)
+        )
+    if not any(key in raw for key in REFERENCE_ADDRESS_KEYS):
+        return raw
+    if "judge_url" in raw:
+        raise ValueError("code_interpreter: give the judge as judge_url or as host_addr/host_port, not both")
+    host, port = raw.get("host_addr", "localhost"), raw.get("host_port", 8088)
+    if not isinstance(host, str) or not host.strip() or "/" in host:
+        raise ValueError(f"code_interpreter: host_addr must be a host name or address, got {host!r}")
+    if isinstance(port, bool) or not (isinstance(port, int) or (isinstance(port, str) and port.isdigit())):
+        raise ValueError(f"code_interpreter: host_port must be a port number, got {port!r}")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"code_interpreter: host_port must be within 1..65535, got {port!r}")
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    rest = {key: value for key, value in raw.items() if key not in REFERENCE_ADDRESS_KEYS}
+    return {**rest, "judge_url": f"http://{host}:{int(port)}"}
+
+
 @dataclass(frozen=True)
 class JudgeSubmission:
     code: str
