@@ -18,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cleaner.data.agents import agent_name_counts
 from cleaner.names import AGENT_NAME
+from cleaner.verl.tool_dpo.checks import tool_dpo_problems
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +132,12 @@ def saar_log_prob_handling(config: DictConfig) -> list[str]:
 
 # Every config check, in the order its problems are reported. A check added here runs in DRY_RUN, in the
 # recipes' preflight and at trainer start.
-CONFIG_CHECKS: list[ConfigCheck] = [legacy_reward_keys, reference_trainer_keys, saar_log_prob_handling]
+CONFIG_CHECKS: list[ConfigCheck] = [
+    legacy_reward_keys,
+    reference_trainer_keys,
+    saar_log_prob_handling,
+    tool_dpo_problems,  # negative samples and the tool-DPO estimators (docs/negative-samples.md)
+]
 
 
 def config_warnings(config: DictConfig) -> list[str]:

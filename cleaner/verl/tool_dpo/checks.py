@@ -24,9 +24,12 @@ CLEANER_MANAGERS = (
 def check_tool_dpo_config(config: Any) -> None:
     """Raise `ToolDpoConfigError` if the negative-sample / tool-DPO settings of a trainer config cannot run."""
     settings = ToolDpoSettings.from_algorithm(config.algorithm)
-    saar = SaarConfig.from_multi_turn(OmegaConf.select(config, MULTI_TURN))
     estimator = str(config.algorithm.adv_estimator)
     ours = estimator in ESTIMATORS
+    multi_turn = OmegaConf.select(config, MULTI_TURN)
+    if not (settings.use_dpo_on_tool_calls or ours or (multi_turn or {}).get("save_negative_samples")):
+        return  # not concerned; the SAAR keys are validated where SAAR is
+    saar = SaarConfig.from_multi_turn(multi_turn)
     negatives = saar.save_negative_samples
     options = " or ".join(ESTIMATORS)
     if settings.use_dpo_on_tool_calls and not negatives:
@@ -50,8 +53,6 @@ def check_tool_dpo_config(config: Any) -> None:
         )
     if ours and not negatives:
         _fail(f"algorithm.adv_estimator={estimator} needs {MULTI_TURN}.save_negative_samples=True")
-    if not (ours or negatives):
-        return
     if not bool(config.trainer.get("use_v1", True)):
         _fail(
             "negative samples need verl's v1 trainer (trainer.use_v1=True): the legacy trainer takes one output per "
