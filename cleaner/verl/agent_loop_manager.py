@@ -23,6 +23,7 @@ from cleaner.saar.config import VALIDATE_FLAG_KEY
 from cleaner.verl import trainer_metrics
 from cleaner.verl.config_checks import check_trainer_config
 from cleaner.verl.plugin import require_registered
+from cleaner.verl.tool_dpo import hooks as tool_dpo_hooks
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class CleanerAgentLoopManager:
         check_trainer_config(config)  # settings that compose but would not train as asked (docs/recipes.md)
         require_registered()
         trainer_metrics.install()
+        tool_dpo_hooks.install()  # hands the tool-DPO estimators old log-probs and pairs (docs/negative-samples.md)
         use_v1 = bool(config.trainer.get("use_v1", True))
         manager_class = _TransferQueueManager if use_v1 else _LegacyManager
         logger.info("cleaner: agent-loop manager %s (trainer.use_v1=%s)", manager_class.__qualname__, use_v1)
