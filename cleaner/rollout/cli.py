@@ -86,20 +86,11 @@ def _base_tokenizer(args: argparse.Namespace):
     return AutoTokenizer.from_pretrained(args.tokenizer)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+def settings_from_args(args: argparse.Namespace):
+    from .driver import RolloutSettings
 
-    from cleaner.rewards import compute_score
-    from cleaner.trajectory.store import read_records
-
-    from .clients import make_client
-    from .driver import RolloutRunner, RolloutSettings
-    from .problems import load_problems
-    from .summary import render_table, summarize
-
-    problems = load_problems(args.data, args.limit)
     tool_config = {} if args.tool_config is None else {"tool_config_path": args.tool_config}
-    settings = RolloutSettings(
+    return RolloutSettings(
         **tool_config,
         output_path=args.output,
         n_samples=args.n_samples,
@@ -119,7 +110,12 @@ def run(args: argparse.Namespace) -> int:
         overrides=tuple(args.override),
         reward_kwargs={"judge_url": args.judge_url} if args.judge_url else {},
     )
-    client = make_client(
+
+
+def client_from_args(args: argparse.Namespace):
+    from .clients import make_client
+
+    return make_client(
         ServerClientConfig(
             backend=args.backend,
             url=args.server_url,
@@ -129,6 +125,35 @@ def run(args: argparse.Namespace) -> int:
             model=args.model_name,
         )
     )
+
+
+def print_summary(output: Path, problems: list, settings, result) -> None:
+    """The summary table of this run's problems and modes (from the whole output file), then the run's counts."""
+    from rich.console import Console
+
+    from cleaner.trajectory.store import read_records
+
+    from .summary import render_table, summarize
+
+    console = Console()
+    wanted = {problem.problem_id for problem in problems}
+    records = [r for r in read_records(output) if r["problem_id"] in wanted and r["saar"] in settings.saar_modes]
+    if records:
+        console.print(render_table(summarize(records), title=f"rollout summary ({output})"))
+    for saar, wall in sorted(result.wall_s_per_mode.items()):
+        console.print(f"SAAR {'on' if saar else 'off'}: {wall:.1f} s wall for this run's trajectories")
+    console.print(f"{result.written} written, {result.skipped} already done (resumed), {len(result.failed)} failed")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cleaner.rewards import compute_score
+
+    from .driver import RolloutRunner
+    from .problems import load_problems
+
+    problems = load_problems(args.data, args.limit)
+    settings = settings_from_args(args)
+    client = client_from_args(args)
     runner = RolloutRunner(settings, client, load_tokenizer(args), compute_score, show_progress=not args.no_progress)
 
     async def main():
@@ -138,12 +163,5 @@ def run(args: argparse.Namespace) -> int:
             await client.aclose()
 
     result = asyncio.run(main())
-    console = Console()
-    wanted = {problem.problem_id for problem in problems}
-    records = [r for r in read_records(args.output) if r["problem_id"] in wanted and r["saar"] in settings.saar_modes]
-    if records:
-        console.print(render_table(summarize(records), title=f"rollout summary ({args.output})"))
-    for saar, wall in sorted(result.wall_s_per_mode.items()):
-        console.print(f"SAAR {'on' if saar else 'off'}: {wall:.1f} s wall for this run's trajectories")
-    console.print(f"{result.written} written, {result.skipped} already done (resumed), {len(result.failed)} failed")
+    print_summary(args.output, problems, settings, result)
     return 1 if result.failed else 0
