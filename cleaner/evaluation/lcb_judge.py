@@ -1,4 +1,10 @@
-"""Score LiveCodeBench programs on our code-judge against the hidden tests."""
+"""Score LiveCodeBench programs on our code-judge against the hidden tests.
+
+Every program runs behind the official LiveCodeBench harness's import prelude (`import_string` in
+`lcb_runner/evaluation/testing_util.py` of github.com/LiveCodeBench/LiveCodeBench), which it puts before every
+solution, stdin and call-based alike: a program that uses e.g. `gcd`, `Counter` or `List` without importing
+them passes there, so it must pass here for pass@1 to match the official evaluator.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,18 @@ from tqdm import tqdm
 from cleaner.evaluation.generations import Sample
 from cleaner.evaluation.livecodebench import extract_program, hidden_tests, runnable_program
 from cleaner.tools.judge_client import JudgeClient, JudgeClientConfig, JudgeSubmission
+
+# The official prelude, in its order: star imports (`builtins` after `io`/`sys`/..., so `open` and `compile` are the
+# builtins again), then the modules themselves (so `datetime` is the module), then a deeper recursion limit.
+_LCB_STAR_IMPORTS = (
+    "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",
+    "itertools", "functools", "operator", "io", "sys", "json", "builtins", "typing",
+)  # fmt: skip
+LCB_IMPORT_PRELUDE = (
+    "".join(f"from {module} import *\n" for module in _LCB_STAR_IMPORTS)
+    + "".join(f"import {module}\n" for module in _LCB_STAR_IMPORTS if module not in ("builtins", "typing"))
+    + "sys.setrecursionlimit(50000)\n"
+)
 
 
 @dataclass(frozen=True)
@@ -42,7 +60,7 @@ async def _score_one(client: JudgeClient, sample: Sample) -> ProgramScore:
     program = extract_program(sample.response)
     if program is None:
         return ProgramScore(sample.question_id, 0, len(cases))
-    code = runnable_program(program, fn_name)
+    code = LCB_IMPORT_PRELUDE + runnable_program(program, fn_name)
     verdicts = await client.run_batch([JudgeSubmission(code, case.stdin, case.expected_output) for case in cases])
     return ProgramScore(sample.question_id, sum(v.success for v in verdicts), len(cases))
 

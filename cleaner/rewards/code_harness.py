@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cleaner.tools.cell import AUTO_IMPORTS, AutoImports
+
+NO_AUTO_IMPORTS = AUTO_IMPORTS["none"]
+
 # Names LeetCode-style solutions use without importing them (the official LeetCode environment provides them).
 CALL_PRELUDE = (
     "from typing import *\n"
@@ -58,12 +62,23 @@ _cleaner_namespace = {"__name__": "__solution__"}
 """
 
 
-def call_program(solution: str, fn_name: str, args: list[Any], expected: Any, token: str) -> str:
+def _run_solution(solution: str, imports: AutoImports) -> str:
+    """Harness lines that give the namespace the auto-imports, then run the solution in it (with postponed
+    annotations when the auto-import set asks for them, as a first-line future import would)."""
+    flags = "__import__('__future__').annotations.compiler_flag" if imports.postponed_annotations else "0"
+    statements = "\n".join(imports.statements([solution]))
+    prelude = f"exec({statements!r}, _cleaner_namespace)\n" if statements else ""
+    return prelude + f"exec(compile({solution!r}, '<solution>', 'exec', {flags}), _cleaner_namespace)\n"
+
+
+def call_program(
+    solution: str, fn_name: str, args: list[Any], expected: Any, token: str, imports: AutoImports = NO_AUTO_IMPORTS
+) -> str:
     """Call `fn_name(*args)` (a function or a `Solution` method) and print `token` if it returns `expected`."""
     return (
         _HARNESS_HEAD
         + f"exec({CALL_PRELUDE!r}, _cleaner_namespace)\n"
-        + f"exec(compile({solution!r}, '<solution>', 'exec'), _cleaner_namespace)\n"
+        + _run_solution(solution, imports)
         + f"_cleaner_name = {fn_name!r}\n"
         + "_cleaner_class = _cleaner_namespace.get('Solution')\n"
         + "if isinstance(_cleaner_class, type) and hasattr(_cleaner_class, _cleaner_name):\n"
@@ -81,12 +96,19 @@ def call_program(solution: str, fn_name: str, args: list[Any], expected: Any, to
     )
 
 
-def assertion_program(solution: str, import_prefix: str, test_code: str, entry_point: str, token: str) -> str:
+def assertion_program(
+    solution: str,
+    import_prefix: str,
+    test_code: str,
+    entry_point: str,
+    token: str,
+    imports: AutoImports = NO_AUTO_IMPORTS,
+) -> str:
     """Run `import_prefix`, the solution, `test_code` and `check(<entry_point>)`; print `token` if nothing failed."""
     return (
         _HARNESS_HEAD
         + f"exec({import_prefix!r}, _cleaner_namespace)\n"
-        + f"exec(compile({solution!r}, '<solution>', 'exec'), _cleaner_namespace)\n"
+        + _run_solution(solution, imports)
         + f"exec(compile({test_code!r}, '<test>', 'exec'), _cleaner_namespace)\n"
         + f"_cleaner_namespace['check'](eval({entry_point!r}, _cleaner_namespace))\n"
         + "_sys.stdout = _cleaner_stdout\n"

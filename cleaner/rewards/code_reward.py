@@ -17,6 +17,7 @@ from cleaner.rewards.code_tests import StdioTest, parse_code_tests, submission_f
 from cleaner.rewards.config import RewardConfig
 from cleaner.rewards.final_answer import final_turn, last_python_block
 from cleaner.rewards.result import CORRECT_SCORE, Reason, RewardResult
+from cleaner.tools.cell import auto_imports
 from cleaner.tools.judge_client import JudgeClientConfig, JudgeUnavailable, JudgeVerdict, shared_judge_client
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ async def score_code(solution_str: str, ground_truth: Any, config: RewardConfig)
         )
     )
     try:
-        verdicts = await client.run_batch([submission_for(test, code, token) for test in tests])
+        imports = auto_imports(config.code_auto_imports)
+        verdicts = await client.run_batch([submission_for(test, code, token, imports) for test in tests])
     except JudgeUnavailable as exc:
         logger.warning("code reward not computed: %s", exc)
         return RewardResult(config.infra_error_score, False, code, Reason.JUDGE_UNAVAILABLE, infra_error=True)

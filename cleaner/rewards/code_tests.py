@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cleaner.rewards.code_harness import assertion_program, call_program
+from cleaner.tools.cell import AUTO_IMPORTS, AutoImports, with_first_line
 from cleaner.tools.judge_client import JudgeSubmission
 
 
@@ -58,15 +59,21 @@ def parse_code_tests(ground_truth: Any) -> list[CodeTest]:
     )
 
 
-def submission_for(test: CodeTest, solution: str, token: str) -> JudgeSubmission:
-    """The judge submission that passes (verdict `success`) exactly when `solution` passes `test`."""
+def submission_for(
+    test: CodeTest, solution: str, token: str, imports: AutoImports = AUTO_IMPORTS["none"]
+) -> JudgeSubmission:
+    """The judge submission that passes (verdict `success`) exactly when `solution` passes `test`.
+
+    `imports` are the names the solution may use without importing them (cleaner.tools.cell.AUTO_IMPORTS).
+    """
     if isinstance(test, StdioTest):
-        return JudgeSubmission(code=solution, stdin=test.stdin, expected_output=test.expected_stdout)
+        program, _ = with_first_line(solution, imports.statements([solution]), imports.postponed_annotations)
+        return JudgeSubmission(code=program, stdin=test.stdin, expected_output=test.expected_stdout)
     if isinstance(test, CallTest):
-        program = call_program(solution, test.fn_name, test.args, test.expected, token)
+        program = call_program(solution, test.fn_name, test.args, test.expected, token, imports)
         return JudgeSubmission(code=program, expected_output=token)
     return JudgeSubmission(
-        code=assertion_program(solution, test.import_prefix, test.test_code, test.entry_point, token),
+        code=assertion_program(solution, test.import_prefix, test.test_code, test.entry_point, token, imports),
         expected_output=token,
     )
 

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from cleaner.tools.cell import AUTO_IMPORTS
+
 MATH_EQUIVALENCES = ("math_verify", "strict")
 CODE_SCORINGS = ("fraction", "all_pass")
 # verl's reward managers add these for reward-model routing; a rule-based reward has no use for them.
@@ -19,6 +21,7 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "math_workers": (int,),
     "code_scoring": (str,),
     "code_max_tests": (int, type(None)),
+    "code_auto_imports": (str,),
     "judge_url": (str,),
     "judge_request_timeout_s": (int, float),
     "judge_max_retries": (int,),
@@ -34,6 +37,8 @@ class RewardConfig:
     math_workers: int = 2  # processes that run math-verify (it needs a main thread for its own timeouts)
     code_scoring: str = "fraction"  # score = fraction of tests passed, or "all_pass": 1 only if all pass
     code_max_tests: int | None = None  # run only the first N hidden tests of a problem (None: all)
+    # Names a solution may use without importing them: as on the reference's judge (cleaner.tools.cell.AUTO_IMPORTS)
+    code_auto_imports: str = "reference_judge"
     judge_url: str = "http://127.0.0.1:8088"
     judge_request_timeout_s: float = 120.0
     judge_max_retries: int = 3
@@ -49,6 +54,8 @@ class RewardConfig:
             raise ValueError(f"math_timeout_s must be positive, got {self.math_timeout_s}")
         if self.math_workers < 1:
             raise ValueError(f"math_workers must be at least 1, got {self.math_workers}")
+        if self.code_auto_imports not in AUTO_IMPORTS:
+            raise ValueError(f"code_auto_imports must be one of {sorted(AUTO_IMPORTS)}, got {self.code_auto_imports!r}")
         if self.code_max_tests is not None and self.code_max_tests < 1:
             raise ValueError(f"code_max_tests must be at least 1 or None, got {self.code_max_tests}")
         if self.judge_request_timeout_s <= 0:

@@ -157,3 +157,24 @@ async def test_a_judge_outage_is_reported_as_an_infra_error_not_a_wrong_answer()
         "tests_passed": 0,
         "tests_total": 0,
     }
+
+
+async def test_solutions_may_use_the_names_the_reference_judge_imported_for_them(judge_url):
+    """The reference's judge imported math/numpy/sympy/itertools/collections for a program that names them and
+    always gave it typing's names; its code rewards scored such programs as correct, and so does the default."""
+    stdin = "a, b = map(int, input().split())\nprint(math.gcd(a, b) * 0 + a + b)"
+    call = "class Solution:\n    def add(self, a: Foo, b) -> int:\n        return int(np.add(a, b))"
+    assertion = (
+        "class Solution:\n    def maxPair(self, nums: List[int]) -> int:\n"
+        "        return sum(sorted(nums)[-2:]) + 0 * math.isqrt(4)"
+    )
+    assert (await score(judge_url, "train-code-taco-easy", stdin, SUM_STDIN))["acc"] is True
+    assert (await score(judge_url, "train-code-taco-easy", call, ADD_CALL))["acc"] is True
+    assert (await score(judge_url, "train-code-leetcode-Easy", assertion, MAX_PAIR_ASSERT))["acc"] is True
+    plain = await score(judge_url, "train-code-taco-easy", stdin, SUM_STDIN, code_auto_imports="none")
+    assert (plain["acc"], plain["tests_passed"]) == (False, 0)  # NameError: math is not defined
+
+
+async def test_an_unknown_auto_import_set_is_a_configuration_error():
+    with pytest.raises(ValueError, match="code_auto_imports must be one of"):
+        await compute_score("train-code-taco-easy", reply("print(1)"), SUM_STDIN, code_auto_imports="all")
