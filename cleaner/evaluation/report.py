@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from cleaner.evaluation.generations import Sample
-from cleaner.evaluation.metrics import majority_correct, pass_at_k, report_ks
+from cleaner.evaluation.pass_at_k import majority_correct, pass_at_k, report_ks
 from cleaner.saar.aggregate import summarize_saar
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .page import render_report
-    from .sources import load_trajectories
+    from .loading import load_trajectories
 
     records = load_trajectories(args.inputs)
     page = render_report(records, [str(p) for p in args.inputs], args.max_trajectories)

@@ -6,7 +6,7 @@ from math import comb
 
 import pytest
 
-from cleaner.evaluation.metrics import majority_correct, pass_at_k, report_ks
+from cleaner.evaluation.pass_at_k import majority_correct, pass_at_k, report_ks
 
 
 @pytest.mark.parametrize(

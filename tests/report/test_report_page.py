@@ -8,7 +8,7 @@ import pytest
 from report_records import ERROR_TEXT, make_record
 
 from cleaner.report.page import render_report
-from cleaner.report.sources import load_trajectories
+from cleaner.report.loading import load_trajectories
 from cleaner.rollout.summary import added_latency, summarize
 
 
