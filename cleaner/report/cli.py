@@ -20,8 +20,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .page import render_report
     from .loading import load_trajectories
+    from .page import render_report
 
     records = load_trajectories(args.inputs)
     page = render_report(records, [str(p) for p in args.inputs], args.max_trajectories)

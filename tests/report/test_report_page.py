@@ -7,8 +7,8 @@ import json
 import pytest
 from report_records import ERROR_TEXT, make_record
 
-from cleaner.report.page import render_report
 from cleaner.report.loading import load_trajectories
+from cleaner.report.page import render_report
 from cleaner.rollout.summary import added_latency, summarize
 
 
