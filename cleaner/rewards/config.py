@@ -10,6 +10,7 @@ from cleaner.tools.cell import AUTO_IMPORTS
 
 MATH_EQUIVALENCES = ("math_verify", "strict")
 CODE_SCORINGS = ("fraction", "all_pass")
+SCORERS = ("math", "gpqa", "code")  # the values of `data_sources` and `default_source`
 # verl's reward managers add these for reward-model routing; a rule-based reward has no use for them.
 VERL_INJECTED_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
@@ -27,6 +28,7 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "judge_max_retries": (int,),
     "infra_error_score": (int, float),
     "data_sources": (dict,),
+    "default_source": (str, type(None)),
 }
 
 
@@ -44,6 +46,9 @@ class RewardConfig:
     judge_max_retries: int = 3
     infra_error_score: float = 0.0  # score of a row the judge could not check; `infra_error` marks it
     data_sources: dict[str, str] = field(default_factory=dict)  # extra data_source -> "math" | "gpqa" | "code"
+    # The scorer of every data_source no pattern or `data_sources` entry knows ("math" | "gpqa" | "code"); None:
+    # such a source is an error. The reference scored every non-code source as math.
+    default_source: str | None = None
 
     def __post_init__(self) -> None:
         if self.math_equivalence not in MATH_EQUIVALENCES:
@@ -58,6 +63,8 @@ class RewardConfig:
             raise ValueError(f"code_auto_imports must be one of {sorted(AUTO_IMPORTS)}, got {self.code_auto_imports!r}")
         if self.code_max_tests is not None and self.code_max_tests < 1:
             raise ValueError(f"code_max_tests must be at least 1 or None, got {self.code_max_tests}")
+        if self.default_source not in (None, *SCORERS):
+            raise ValueError(f"default_source must be one of {SCORERS} or None, got {self.default_source!r}")
         if self.judge_request_timeout_s <= 0:
             raise ValueError(f"judge_request_timeout_s must be positive, got {self.judge_request_timeout_s}")
 

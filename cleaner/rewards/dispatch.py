@@ -30,8 +30,11 @@ REWARD_OF_TASK: dict[TaskKind, RewardKind] = {
 }
 
 
-def reward_kind(data_source: str, extra_sources: dict[str, str] | None = None) -> RewardKind:
-    """Which scorer a data source uses; an unknown source is a configuration error."""
+def reward_kind(
+    data_source: str, extra_sources: dict[str, str] | None = None, default_source: str | None = None
+) -> RewardKind:
+    """Which scorer a data source uses. An unknown source is a configuration error unless `default_source` names
+    the scorer for every unknown source."""
     extra_sources = extra_sources or {}
     if data_source in extra_sources:
         try:
@@ -43,9 +46,12 @@ def reward_kind(data_source: str, extra_sources: dict[str, str] | None = None) -
     rule = source_rule(data_source)
     if rule is not None:
         return REWARD_OF_TASK[rule.kind]
+    if default_source is not None:
+        return RewardKind(default_source)
     raise ValueError(
         f"no reward for data_source {data_source!r}: it matches none of {known_patterns()}; "
-        "map it with the reward option data_sources={<name>: math|gpqa|code}"
+        "map it with the reward option data_sources={<name>: math|gpqa|code}, or set default_source=math to score "
+        "every unknown source as math, as the reference implementation did"
     )
 
 
@@ -62,7 +68,7 @@ async def compute_score(
     """
     config = RewardConfig.from_kwargs(kwargs)
     data_source = str(data_source)
-    kind = reward_kind(data_source, config.data_sources)
+    kind = reward_kind(data_source, config.data_sources, config.default_source)
     try:
         result = await _score(kind, str(solution_str), ground_truth, config)
     except ValueError as exc:

@@ -40,6 +40,26 @@ def test_unknown_source_is_a_configuration_error_unless_mapped():
         reward_kind("my_quiz", {"my_quiz": "essay"})
 
 
+def test_the_error_names_default_source_which_scores_unknown_sources_as_the_reference_did():
+    with pytest.raises(ValueError, match="or set default_source=math to score every unknown source as math"):
+        reward_kind("my_quiz")
+    assert reward_kind("my_quiz", default_source="math") is RewardKind.MATH
+    assert reward_kind("my_quiz", {"my_quiz": "gpqa"}, default_source="math") is RewardKind.GPQA
+    assert reward_kind("train-code-x", default_source="math") is RewardKind.CODE  # known sources keep their scorer
+
+
+async def test_default_source_math_scores_an_unknown_source_like_a_math_row():
+    from cleaner.rewards import compute_score
+
+    reply = "<think>\n2 + 2\n</think>\n\nThe answer is \\boxed{4}."
+    result = await compute_score("my_quiz", reply, "4", default_source="math", math_equivalence="strict")
+    assert (result["score"], result["acc"]) == (1.0, True)
+    with pytest.raises(ValueError, match="default_source=math"):
+        await compute_score("my_quiz", reply, "4")
+    with pytest.raises(ValueError, match="default_source must be one of"):
+        await compute_score("my_quiz", reply, "4", default_source="essay")
+
+
 def test_options_are_validated_and_verl_routing_kwargs_ignored():
     config = RewardConfig.from_kwargs({"math_equivalence": "strict", "reward_router_address": None})
     assert config.math_equivalence == "strict"
