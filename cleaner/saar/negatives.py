@@ -11,7 +11,8 @@ after the error feedback, a context the purified trajectory no longer contains, 
 A pair is linked by an id on both sides: the negative's link gives its failed call's token span, the
 positive trajectory's links give the span of the successful call that replaced it. Spans are
 `[start, end)` in response-token coordinates of their own sample. At most `limit` negatives are kept per
-trajectory; the others, and any whose span `response_length` cuts away, are counted as dropped.
+trajectory; the others, and any whose span `response_length` cuts away or whose trajectory is not trained,
+are counted as dropped.
 
 Pure: lists and ints only, so the estimator side (cleaner.verl.tool_dpo) and the agent loop share one
 definition of the fields.
@@ -146,14 +147,19 @@ class NegativeCollector:
             return
         self.pairs.append(NegativePair(uuid.uuid4().hex, negative, success))
 
-    def finish(self, response_length: int, positive_length: int) -> tuple[list[NegativePair], int]:
-        """The pairs that survive the cut at `response_length` (the positive's response has `positive_length`
-        tokens after verl's cut), with spans clipped; and the number of dropped negatives."""
+    def finish(self, response_length: int, positive_mask: Sequence[int]) -> tuple[list[NegativePair], int]:
+        """The pairs that survive, with spans clipped, and the number of dropped negatives.
+
+        `positive_mask` is the trajectory's final response mask (after verl's cut at `response_length`). A pair
+        is dropped when the cut leaves nothing of either call, or when none of the successful call's tokens is
+        trained: a trajectory returned empty after an error, or one whose mask was zeroed
+        (`drop_infra_error_trajectories`), takes its negatives with it.
+        """
         kept, dropped = [], self.dropped
         for pair in self.pairs:
-            success = pair.success.clipped(positive_length)
+            success = pair.success.clipped(len(positive_mask))
             call = pair.negative.call.clipped(response_length)
-            if success is None or call is None:
+            if success is None or call is None or not any(positive_mask[success.start : success.end]):
                 dropped += 1
                 continue
             kept.append(replace(pair, negative=replace(pair.negative, call=call), success=success))

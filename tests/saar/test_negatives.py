@@ -81,7 +81,7 @@ def test_the_cap_keeps_the_first_negatives_and_counts_the_rest():
     collector = NegativeCollector(limit=2)
     for start in (0, 4, 8):
         collector.offer(sample(CallSpan(start, start + 2)), CallSpan(start, start + 3))
-    pairs, dropped = collector.finish(response_length=100, positive_length=100)
+    pairs, dropped = collector.finish(response_length=100, positive_mask=[1] * 100)
     assert [pair.negative.call.start for pair in pairs] == [0, 4] and dropped == 1
     assert len({pair.pair_id for pair in pairs}) == 2
 
@@ -91,7 +91,7 @@ def test_spans_are_clipped_at_the_response_cut_and_emptied_pairs_dropped():
     collector.offer(sample(CallSpan(2, 6)), CallSpan(2, 5))  # negative clipped to [2, 5)
     collector.offer(sample(CallSpan(1, 3)), CallSpan(6, 9))  # positive clipped to [6, 8)
     collector.offer(sample(CallSpan(5, 7)), CallSpan(1, 2))  # negative cut away entirely
-    pairs, dropped = collector.finish(response_length=5, positive_length=8)
+    pairs, dropped = collector.finish(response_length=5, positive_mask=[1] * 8)
     assert [(pair.negative.call, pair.success) for pair in pairs] == [
         (CallSpan(2, 5), CallSpan(2, 5)),
         (CallSpan(1, 3), CallSpan(6, 8)),
@@ -99,10 +99,19 @@ def test_spans_are_clipped_at_the_response_cut_and_emptied_pairs_dropped():
     assert dropped == 1
 
 
+def test_a_trajectory_that_is_not_trained_takes_its_negatives_with_it():
+    collector = NegativeCollector(limit=2)
+    collector.offer(sample(CallSpan(0, 2)), CallSpan(3, 5))
+    collector.offer(sample(CallSpan(4, 6)), CallSpan(6, 8))
+    assert collector.finish(100, [0] * 10) == ([], 2)  # e.g. zeroed by drop_infra_error_trajectories
+    pairs, dropped = collector.finish(100, [0] * 6 + [1] * 4)
+    assert [pair.success for pair in pairs] == [CallSpan(6, 8)] and dropped == 1
+
+
 def test_fields_round_trip_through_the_reader():
     collector = NegativeCollector(limit=1)
     collector.offer(sample(CallSpan(3, 5)), CallSpan(7, 9))
-    [pair], dropped = collector.finish(100, 100)
+    [pair], dropped = collector.finish(100, [1] * 100)
     positive = read_sample_links(positive_fields([pair], dropped + 2))
     negative = read_sample_links(negative_fields(pair))
     assert not positive.negative and positive.dropped == 2

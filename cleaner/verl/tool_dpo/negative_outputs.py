@@ -25,7 +25,7 @@ def with_negatives(
     output: AgentLoopOutput, collector: NegativeCollector, response_length: int
 ) -> list[AgentLoopOutput]:
     """The negatives of `output`'s trajectory followed by `output`, whose links and drop count are set here."""
-    pairs, dropped = collector.finish(response_length, len(output.response_ids))
+    pairs, dropped = collector.finish(response_length, output.response_mask)
     output.extra_fields.update(positive_fields(pairs, dropped))
     inherited = {
         key: value
