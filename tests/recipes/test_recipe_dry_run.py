@@ -51,6 +51,8 @@ CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "qwen2.5_7b_dapo_notool": ("qwen2.5_7b_dapo_notool.sh", {}, []),
     "eval_aime_gpqa": ("eval/eval_aime_gpqa.sh", {"TEST_TIME_SAAR": "on"}, []),
     "eval_livecodebench": ("eval/eval_livecodebench.sh", {}, []),
+    "eval_qwen3_4b_aime_gpqa": ("eval/qwen3_4b_aime_gpqa.sh", {}, []),
+    "eval_qwen2.5_7b_aime_gpqa": ("eval/qwen2.5_7b_aime_gpqa.sh", {}, []),
     "env_and_overrides": (
         "qwen3_4b_cleaner.sh",
         {
@@ -161,7 +163,10 @@ def composed(configs: list) -> dict:
 
 
 def test_every_recipe_has_a_dry_run_case():
-    scripts = {p.relative_to(RECIPES).as_posix() for p in [*RECIPES.glob("qwen*.sh"), *RECIPES.glob("eval/eval_*.sh")]}
+    scripts = {
+        p.relative_to(RECIPES).as_posix()
+        for p in [*RECIPES.glob("qwen*.sh"), *RECIPES.glob("eval/eval_*.sh"), *RECIPES.glob("eval/qwen*.sh")]
+    }
     scripts.discard("eval/eval_common.sh")
     assert scripts == {script for script, _, _ in CASES.values()}
 
@@ -181,6 +186,9 @@ def test_cleaner_4b(dry_runs):
     assert config["reward"]["reward_kwargs"]["overlong_buffer_cfg"]["len"] == 4096
     assert config["data"]["train_files"] == [str(ROOT / "dataset" / "prepared" / "open-agentrl-30k.parquet")]
     assert (config["trainer"]["n_gpus_per_node"], config["trainer"]["total_epochs"]) == (4, 1)
+    assert config["data"]["max_prompt_length"] == 2560
+    tool = yaml.safe_load(Path(rollout["multi_turn"]["tool_config_path"]).read_text())["tools"][0]["config"]
+    assert tool["auto_imports"] == "reference"  # a reference tool call's namespace (docs/tool.md)
 
 
 def test_cleaner_7b(dry_runs):
@@ -236,6 +244,30 @@ def test_eval_livecodebench(dry_runs):
     rollout = config["actor_rollout_ref"]["rollout"]
     assert rollout["val_kwargs"]["n"] == 10 and rollout["multi_turn"]["enable_tool_rollback"] is False
     assert config["data"]["val_files"][0].endswith("livecodebench-v6.parquet")
+    assert (config["data"]["max_prompt_length"], rollout["dtype"]) == (4096, "float16")
+
+
+@pytest.mark.parametrize(
+    ("name", "saar", "n", "dtype"),
+    [("eval_qwen3_4b_aime_gpqa", True, 16, "float16"), ("eval_qwen2.5_7b_aime_gpqa", False, 32, "bfloat16")],
+)
+def test_per_model_evaluations_use_the_references_settings(dry_runs, name, saar, n, dtype):
+    """The reference evaluated CLEANER-4B on AIME/GPQA with n=16, fp16 and test-time SAAR on; CLEANER-7B with n=32,
+    bf16 and SAAR off; both with 4096 prompt tokens."""
+    configs = dry_runs[name]
+    assert [c["trainer"]["validation_data_dir"].rsplit("/", 1)[1] for c in configs] == [
+        "aime2024",
+        "aime2025",
+        "gpqa-diamond",
+    ]
+    for config in configs:
+        rollout = config["actor_rollout_ref"]["rollout"]
+        assert (rollout["multi_turn"]["enable_tool_rollback"], rollout["multi_turn"]["rollback_in_validation"]) == (
+            saar,
+            saar,
+        )
+        assert (rollout["val_kwargs"]["n"], rollout["dtype"], config["data"]["max_prompt_length"]) == (n, dtype, 4096)
+        assert (rollout["val_kwargs"]["temperature"], rollout["val_kwargs"]["top_p"]) == (1.0, 0.6)
 
 
 def test_environment_and_extra_overrides_reach_the_config(dry_runs):

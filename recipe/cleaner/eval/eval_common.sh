@@ -19,6 +19,8 @@ case "$TEST_TIME_SAAR" in
 esac
 # Training-only settings still have to compose; they do not affect a validation-only run.
 : "${ACTOR_LR:=1e-6}"
+# The reference's evaluation scripts allow 4096 prompt tokens (training: 2560); verl drops longer prompts.
+: "${MAX_PROMPT_LENGTH:=4096}"
 # shellcheck source=recipe/cleaner/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 : "${MODEL_PATH:?set MODEL_PATH to the model directory (Hugging Face format) to evaluate}"

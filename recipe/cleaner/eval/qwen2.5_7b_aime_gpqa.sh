@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The reference's evaluation of CLEANER-7B on AIME 2024, AIME 2025 and GPQA-Diamond: n=32, temperature 1.0,
+# top_p 0.6, bfloat16, test-time SAAR off, as its 7B AIME/GPQA script runs it.
+#   MODEL_PATH=...  TEST_TIME_SAAR=on|off  BENCHMARKS="aime2024 aime2025 gpqa-diamond"
+# Extra arguments are Hydra overrides for every run.
+set -euo pipefail
+
+: "${TEST_TIME_SAAR:=off}"
+: "${VAL_N:=32}"
+: "${DTYPE:=bfloat16}"
+: "${BENCHMARKS:=aime2024 aime2025 gpqa-diamond}"
+# shellcheck source=recipe/cleaner/eval/eval_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/eval_common.sh"
+
+cleaner_eval_benchmarks "$@"
