@@ -1,8 +1,8 @@
 """Train and validation parquet files for the CPU smoke run, from the bundled demo problems.
 
-The bundled problems (`cleaner/resources/demo_problems.jsonl`) are already verl RLHF rows with
-`agent_name=cleaner_tool_agent`; they are read and checked by the same loader `cleaner rollout` uses
-(`cleaner.rollout.problems.load_problems`) and written with the data package's parquet writer.
+The bundled problems (`cleaner/resources/demo_problems.jsonl`, package data) are already verl RLHF rows with
+`agent_name=cleaner_tool_agent`; they are copied with the data package's reader and parquet writer. The
+recipe's preflight then checks them like any training file (columns, the agent loop every row selects).
 Usage: `python -m cleaner.verl.cpu.smoke_data OUT_DIR [--val-count N]` prints the two paths.
 """
 
@@ -14,13 +14,11 @@ from pathlib import Path
 
 from cleaner.data.records import read_rows, write_parquet
 from cleaner.resources import DEMO_PROBLEMS, resource_path
-from cleaner.rollout.problems import load_problems
 
 
 def write_smoke_data(out_dir: Path, val_count: int) -> tuple[Path, Path]:
     """All bundled problems as the train file, the first `val_count` of them as the validation file."""
     source = resource_path(DEMO_PROBLEMS)
-    load_problems(source)  # the rollout loader's checks: required columns, chat prompts, unique ids
     rows = read_rows(source)
     if not 0 < val_count <= len(rows):
         raise ValueError(f"--val-count must be between 1 and {len(rows)}, got {val_count}")
