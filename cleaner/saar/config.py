@@ -14,10 +14,8 @@ from typing import Any
 from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, MODEL_ERROR_CATEGORIES, ErrorCategory
 from cleaner.saar.similarity import SIMILARITIES
 
-# The cleaner agent-loop workers (cleaner.verl.agent_loop_manager) put verl's per-trajectory validate flag into
-# the sampling params under this key, because verl hands agent loops no such flag; the loop strips it
-# before anything reaches the inference server.
-VALIDATE_FLAG_KEY = "__cleaner_validate__"
+# What stays of a failing position whose retries never succeeded: only its last attempt (the reference) or all.
+EXHAUSTED_KEEP_MODES = ("last", "all")
 
 
 class SaarConfigError(ValueError):
@@ -37,6 +35,8 @@ class SaarConfig:
     # Negative samples (the reference's keys and defaults): keep failed attempts as extra training samples.
     save_negative_samples: bool = False
     max_negative_samples_per_group: int = 1  # cap per trajectory (the reference's scripts pass 0)
+    rollback_exhausted_keep: str = "last"  # an unrecovered position keeps its last attempt ("last") or all ("all")
+    drop_infra_error_trajectories: bool = False  # zero the loss mask of trajectories with an infrastructure error
 
     def __post_init__(self) -> None:
         _require(isinstance(self.enable_tool_rollback, bool), "enable_tool_rollback must be true or false")
@@ -63,6 +63,14 @@ class SaarConfig:
         _require(
             _is_int(self.max_negative_samples_per_group) and self.max_negative_samples_per_group >= 0,
             f"max_negative_samples_per_group must be an integer >= 0, got {self.max_negative_samples_per_group!r}",
+        )
+        _require(
+            self.rollback_exhausted_keep in EXHAUSTED_KEEP_MODES,
+            f"rollback_exhausted_keep must be one of {list(EXHAUSTED_KEEP_MODES)}, got {self.rollback_exhausted_keep!r}",
+        )
+        _require(
+            isinstance(self.drop_infra_error_trajectories, bool),
+            "drop_infra_error_trajectories must be true or false",
         )
 
     @classmethod

@@ -33,6 +33,9 @@ class ErrorCategory(str, Enum):
     JUDGE_UNREACHABLE = "judge_unreachable"  # connection refused/reset, DNS, HTTP 5xx after retries
     QUEUE_TIMEOUT = "queue_timeout"  # the judge could not schedule the run before the deadline
     JUDGE_INTERNAL_ERROR = "judge_internal_error"  # the judge answered `internal_error`/`invalid_input`
+    WORKER_STARVED = "worker_starved"  # killed by the wall cap with CPU budget left: the judge was overloaded
+    TOOL_ERROR = "tool_error"  # the tool object raised, or answered what the loop cannot use (media, bad outcome)
+    AGENT_LOOP_ERROR = "agent_loop_error"  # the trajectory raised outside any tool; it was returned empty
 
 
 MODEL_ERROR_CATEGORIES = (
@@ -47,7 +50,18 @@ INFRA_ERROR_CATEGORIES = (
     ErrorCategory.JUDGE_UNREACHABLE,
     ErrorCategory.QUEUE_TIMEOUT,
     ErrorCategory.JUDGE_INTERNAL_ERROR,
+    ErrorCategory.WORKER_STARVED,
+    ErrorCategory.TOOL_ERROR,
+    ErrorCategory.AGENT_LOOP_ERROR,
 )
+
+# Judge `reason` values that say the service, not the program, failed: never a model error, never rolled back.
+JUDGE_INFRA_REASONS: dict[str, ErrorCategory] = {
+    "queue_timeout": ErrorCategory.QUEUE_TIMEOUT,
+    "internal_error": ErrorCategory.JUDGE_INTERNAL_ERROR,
+    "invalid_input": ErrorCategory.JUDGE_INTERNAL_ERROR,
+    "worker_starved": ErrorCategory.WORKER_STARVED,
+}
 
 
 @dataclass(frozen=True)

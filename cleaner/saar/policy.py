@@ -5,9 +5,15 @@ The agent loop reports events (a tool round's outcomes, a resample that came bac
 turns are opaque to the policy.
 
 At most one failing position is open at a time. A position opens when a first-attempt round fails with
-a rollback-eligible model error and no infrastructure error; every call of that turn is then resampled
-together (parallel calls share one assistant turn, so they are retried as one). A retry round succeeds
-only when every call in it succeeds.
+a rollback-eligible model error and no infrastructure error, and a retry can still be executed; every
+call of that turn is then resampled together (parallel calls share one assistant turn, so they are
+retried as one). A retry round succeeds only when every call in it succeeds.
+
+A position that ends without a successful retry (retries exhausted, no retry executable, an
+infrastructure error, a resample without a call, an empty resample with no budget left, or the end of
+the trajectory) is *given up*: the loop then applies `rollback_exhausted_keep` to the chain of attempts.
+With `last` (the reference's behaviour) only the last executed attempt and what followed it stay; the
+model-error calls of the earlier attempts count as purified. With `all` the whole chain stays.
 """
 
 from __future__ import annotations
@@ -27,13 +33,14 @@ from cleaner.saar.stats import RollbackEvent, TrajectoryStats
 
 logger = logging.getLogger(__name__)
 
-UnusableResample = Literal["empty", "no_call", "limit"]
+UnusableResample = Literal["empty", "no_call"]
 
 
 class Action(Enum):
     CONTINUE = "continue"  # keep what happened and go on as the stock loop would
     RETRY = "retry"  # keep the error as a tool message and resample the failed turn
     PURIFY = "purify"  # a retry succeeded: splice it over the failed turn, drop the failed branch
+    GIVE_UP = "give_up"  # the open position ended unrecovered: apply the keep rule (`closed`), then go on
 
 
 def draw_gate(seed: int, sample_key: str, probability: float) -> bool:
@@ -53,6 +60,21 @@ class OpenPosition:
     event: RollbackEvent  # its position and failed code, plus what the retries did
     error_texts: list[str] = field(default_factory=list)
     exception_types: list[str | None] = field(default_factory=list)
+    last_round: Any = None  # the loop's snapshot just before the last executed attempt (the one `last` keeps)
+    last_round_errors: int = 0  # model-error calls of that attempt
+    ended_on_error: bool = False  # given up right after a failed round (budget spent or no retry executable)
+
+
+def exhausted_note(attempts: int, exception_types: Sequence[str | None]) -> str:
+    """The reference's hint after a position failed repeatedly: the same approach keeps failing, change it."""
+    names = list(dict.fromkeys(name for name in exception_types if name))
+    if len(names) == 1:
+        what = f"with the same error type ({names[0]})"
+    elif names:
+        what = f"(errors: {', '.join(names)})"
+    else:
+        what = "with errors"
+    return f"\n\nNote: this tool call has failed {attempts} times {what}. Try a different method."
 
 
 class RollbackPolicy:
@@ -61,6 +83,7 @@ class RollbackPolicy:
         self.active = active
         self.stats = stats
         self.open: OpenPosition | None = None
+        self.closed: OpenPosition | None = None  # the position given up last (what GIVE_UP refers to)
         self._similarity = SIMILARITIES[config.rollback_similarity]
         stats.rollback_enabled = int(active)
 
@@ -78,18 +101,21 @@ class RollbackPolicy:
         feedback: str,
         checkpoint: Any = None,
         failed_turn: Any = None,
+        can_retry: bool = True,
     ) -> Action:
         """Account for one executed tool round and decide what happens next.
 
         `position` is the index of the assistant turn that made the calls, `code` their code, `feedback`
-        the tool text the model is shown; `checkpoint`/`failed_turn` are kept if a position opens.
+        the error text the model is shown (failed calls only); `checkpoint`/`failed_turn` are kept if a
+        position opens. `can_retry` is False when a retry after this round could not be executed (a turn
+        limit would stop it before its calls run): then no retry is generated.
         """
         self.count_round(outcomes, first_attempt=self.open is None)
         infra = any(outcome.kind is OutcomeKind.INFRA_ERROR for outcome in outcomes)
         failed = [outcome for outcome in outcomes if outcome.kind is OutcomeKind.MODEL_ERROR]
         if self.open is None:
             eligible = any(outcome.category in self.config.rollback_on_errors for outcome in failed)
-            if not (self.active and eligible and not infra and self.config.max_tool_retries > 0):
+            if not (self.active and eligible and not infra and self.config.max_tool_retries > 0 and can_retry):
                 return Action.CONTINUE
             first = next(outcome for outcome in failed if outcome.category in self.config.rollback_on_errors)
             event = RollbackEvent(
@@ -100,21 +126,31 @@ class RollbackPolicy:
                 error_text=feedback,
                 model_errors=len(failed),
             )
-            self.open = OpenPosition(checkpoint, failed_turn, event, [feedback], [first.exception_type])
+            self.open = OpenPosition(
+                checkpoint, failed_turn, event, [feedback], [first.exception_type], checkpoint, len(failed)
+            )
             self.stats.rollbacks_triggered += 1
             return Action.RETRY
-        if infra:
-            self._give_up("infrastructure error during a retry")
-            return Action.CONTINUE
-        if not failed:
+        if not failed and not infra:
             return Action.PURIFY
         self.open.event.model_errors += len(failed)
+        self.open.last_round, self.open.last_round_errors = checkpoint, len(failed)
+        if infra:
+            return self._give_up("infrastructure error during a retry")
         self.open.error_texts.append(feedback)
         self.open.exception_types.extend(outcome.exception_type for outcome in failed)
-        if self.open.event.retries < self.config.max_tool_retries:
+        if self.open.event.retries < self.config.max_tool_retries and can_retry:
             return Action.RETRY
-        self._give_up(f"all {self.config.max_tool_retries} retries failed")
-        return Action.CONTINUE
+        self.open.ended_on_error = True
+        if not can_retry:
+            return self._give_up("no retry can be executed within the turn limits")
+        return self._give_up(f"all {self.config.max_tool_retries} retries failed")
+
+    def note(self) -> str | None:
+        """The text to add to the error of the round that is being given up, if any (from 2 retries on)."""
+        if self.closed is None or not self.closed.ended_on_error or self.closed.event.retries < 2:
+            return None
+        return exhausted_note(self.closed.event.retries + 1, self.closed.exception_types)
 
     def on_resample(self, generated_tokens: int) -> None:
         """A resample of the open position was generated (it costs a retry whatever comes of it)."""
@@ -129,8 +165,7 @@ class RollbackPolicy:
         assert self.open is not None, "on_unusable_resample without an open position"
         if reason == "empty" and self.open.event.retries < self.config.max_tool_retries:
             return Action.RETRY
-        self._give_up(f"resample unusable: {reason}")
-        return Action.CONTINUE
+        return self._give_up(f"resample unusable: {reason}")
 
     def choose_mode(self, replacement_code: str, splittable: bool) -> tuple[SpliceMode, float]:
         """Shallow when the codes are similar (>= gamma) and both turns split at a call boundary, else deep."""
@@ -158,17 +193,25 @@ class RollbackPolicy:
         self.open = None
         return event
 
-    def close_open(self, reason: str) -> None:
+    def close_open(self, reason: str) -> Action:
         """The open position ends unrecovered (e.g. the trajectory ended while it was open)."""
-        self._give_up(reason)
+        return self._give_up(reason)
 
-    def _give_up(self, reason: str) -> None:
-        assert self.open is not None
-        logger.debug("SAAR position %d not recovered: %s", self.open.event.position, reason)
-        self.open.event.mode = "failed"
+    def _give_up(self, reason: str) -> Action:
+        """Close the open position unrecovered; it stays readable as `closed` until the next one closes."""
+        position = self.open
+        assert position is not None
+        logger.debug("SAAR position %d not recovered: %s", position.event.position, reason)
+        event = position.event
+        event.mode = "failed"
+        event.kept = self.config.rollback_exhausted_keep
+        if event.kept == "last":
+            # the earlier attempts and their errors leave the trajectory; only the last attempt's stay
+            self.stats.purified_errors += event.model_errors - position.last_round_errors
         self.stats.rollbacks_failed += 1
-        self.stats.rollback_events.append(self.open.event)
-        self.open = None
+        self.stats.rollback_events.append(event)
+        self.open, self.closed = None, position
+        return Action.GIVE_UP
 
     def count_round(self, outcomes: Sequence[ToolOutcome], first_attempt: bool) -> None:
         """Tool-call statistics of one round (also used when SAAR is inactive for the trajectory)."""

@@ -33,6 +33,8 @@ COUNTER_NAMES: tuple[str, ...] = (
     "infra_errors",
     "deep_mentions_error",  # deep replacements whose reasoning still refers to the hidden error
     "purified_errors",  # model-error calls removed from the final trajectory by recovered rollbacks
+    "shallow_parse_fallbacks",  # shallow splices that did not parse to the executed calls, made deep instead
+    "infra_dropped",  # 0/1: drop_infra_error_trajectories zeroed this trajectory's loss mask
 )
 FAIL_COUNTER_NAMES: tuple[str, ...] = tuple(f"fail_{category.value}" for category in ErrorCategory)
 
@@ -75,6 +77,7 @@ class RollbackEvent:
     retries: int = 0  # resamples generated for this position (an unusable one counts too)
     resampled_tokens: int = 0
     model_errors: int = 0  # model-error calls in this position's failed rounds (first attempt and failed retries)
+    kept: str | None = None  # unrecovered positions: which attempts stayed ("last" or "all", rollback_exhausted_keep)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +101,8 @@ class TrajectoryStats:
     infra_errors: int = 0
     deep_mentions_error: int = 0
     purified_errors: int = 0
+    shallow_parse_fallbacks: int = 0
+    infra_dropped: int = 0
     failures: dict[ErrorCategory, int] = field(default_factory=lambda: {category: 0 for category in ErrorCategory})
     spliced_spans: list[SplicedSpan] = field(default_factory=list)
     rollback_events: list[RollbackEvent] = field(default_factory=list)

@@ -1,24 +1,24 @@
 """`cleaner_tool_agent`: verl's `ToolAgentLoop` with SAAR rollback (trajectory purification).
 
 Wiring only: the decisions live in `cleaner.saar` (policy, similarity, boundary, splice, leak). This
-class keeps verl's token stream, `messages` and counters consistent while the policy rolls back.
-
-Behaviour when SAAR is active for a trajectory (see docs/saar.md for the full table):
+class keeps verl's token stream, `messages`, counters and stateful-tool history consistent while the
+policy rolls back. See docs/saar.md for the rules; in short, when SAAR is active for a trajectory:
 - A tool round that fails with a rollback-eligible model error keeps its error as an ordinary tool
-  message and the turn is resampled (at most `max_tool_retries` times per position).
+  message and the turn is resampled, at most `max_tool_retries` times per position, and only while a
+  resample can still be executed (verl would stop a turn that reaches `max_assistant_turns` or
+  `max_user_turns` before running its calls; the response-length check is skipped for resamples).
 - When a retry's round succeeds, the stream, masks, log-probs and messages are cut back to just
   before the failed turn and the replacement is spliced in (shallow: old reasoning + new call;
-  deep: the whole new turn); the successful tool response is then appended as usual.
+  deep: the whole new turn); the purified turn must parse to the calls that ran, else it is made deep.
+- A position that ends unrecovered keeps only its last attempt (`rollback_exhausted_keep: last`).
 - Infrastructure errors are never rolled back; they are counted and mark the trajectory.
-- A trajectory never ends on a tool call without its response because of SAAR.
-With SAAR inactive (disabled, gated off, or validation) the stock verl path runs; only the
+With SAAR inactive (disabled, gated off, or validation) verl's own methods run unchanged; only the
 statistics are collected.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,24 +27,31 @@ from typing import Any, ClassVar
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
-from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
-from verl.tools.function_tool import FunctionTool, normalize_function_tool_return
+from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.schemas import ToolResponse
+from verl.utils.profiler import simple_timer
 
 from cleaner.names import AGENT_NAME
 from cleaner.saar.boundary import MARKERS_BY_FORMAT, BoundaryFinder, CallMarkers, markers_for_format
-from cleaner.saar.config import VALIDATE_FLAG_KEY, SaarConfig, SaarConfigError
+from cleaner.saar.config import SaarConfig, SaarConfigError
 from cleaner.saar.leak import mentions_error
 from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome
 from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
 from cleaner.saar.similarity import turn_code
 from cleaner.saar.splice import GeneratedTurn, StreamLengths, splice
 from cleaner.saar.stats import SplicedSpan, TrajectoryStats
+from cleaner.verl.bad_call_parser import BadCallAwareParser
+from cleaner.verl.tool_execution import (
+    TOOL_HISTORY_ATTR,
+    execute_call,
+    observe_crashes,
+    observed_tools,
+    stock_outcome,
+    truncate_text,
+)
+from cleaner.verl.validation_flag import VALIDATING
 
 logger = logging.getLogger(__name__)
-
-# Shown to the model when a tool object itself raises: the model did nothing wrong.
-TOOL_CRASH_TEXT = "Error: the tool is temporarily unavailable."
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class Checkpoint:
     user_turns: int
     assistant_turns: int
     tool_rewards: int
+    history: int  # entries in the stateful-tool history
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,10 @@ class TurnRecord:
     before: Checkpoint
     ids: list[int]
     logprobs: list[float] | None
+
+
+def _history(agent_data: AgentData) -> list[str]:
+    return getattr(agent_data, TOOL_HISTORY_ATTR, [])
 
 
 def _checkpoint(agent_data: AgentData) -> Checkpoint:
@@ -76,54 +88,12 @@ def _checkpoint(agent_data: AgentData) -> Checkpoint:
         user_turns=agent_data.user_turns,
         assistant_turns=agent_data.assistant_turns,
         tool_rewards=len(agent_data.tool_rewards),
+        history=len(_history(agent_data)),
     )
 
 
-class BadCallAwareParser(ToolParser):
-    """Wraps a verl tool parser so that calls it drops (unparsable JSON) still reach `_call_tool`.
-
-    verl's hermes parser logs and skips a `<tool_call>` span whose JSON does not parse, which would end
-    the trajectory silently. Each such span becomes a `FunctionCall` with an empty name and the raw span
-    as arguments, which `_call_tool` answers as a BAD_CALL model error.
-    """
-
-    def __init__(self, inner: ToolParser, markers: CallMarkers):
-        super().__init__(inner.tokenizer)
-        self.inner = inner
-        self.markers = markers
-        start_ids = inner.tokenizer.encode(markers.start, add_special_tokens=False)
-        self._start_id = start_ids[0] if len(start_ids) == 1 else None
-
-    @property
-    def stop_token_ids(self) -> list[int]:
-        return self.inner.stop_token_ids
-
-    async def extract_tool_calls(self, responses_ids, tools=None):
-        content, calls = await self.inner.extract_tool_calls(responses_ids, tools)
-        # Cheap pre-check on token ids: a turn with no more start markers than parsed calls dropped nothing.
-        if self._start_id is not None and responses_ids.count(self._start_id) <= len(calls):
-            return content, calls
-        return content, calls + self._dropped_calls(self.tokenizer.decode(responses_ids), len(calls))
-
-    def _dropped_calls(self, text: str, parsed: int) -> list[FunctionCall]:
-        spans, cursor = [], 0
-        while True:
-            start = text.find(self.markers.start, cursor)
-            end = text.find(self.markers.end, start + len(self.markers.start)) if start >= 0 else -1
-            if end < 0:
-                break
-            spans.append(text[start + len(self.markers.start) : end].strip())
-            cursor = end + len(self.markers.end)
-        bad = [FunctionCall(name="", arguments=span) for span in spans if not _is_call_json(span)]
-        return bad[: max(len(spans) - parsed, 0)]
-
-
-def _is_call_json(span: str) -> bool:
-    try:
-        call = json.loads(span)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(call, dict) and "name" in call and "arguments" in call
+def _same_calls(parsed: Sequence[FunctionCall], executed: Sequence[FunctionCall]) -> bool:
+    return [(call.name, call.arguments) for call in parsed] == [(call.name, call.arguments) for call in executed]
 
 
 @register(AGENT_NAME)
@@ -137,12 +107,15 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.saar_config = self._saar_config(self.rollout_config.multi_turn)
+        if self.saar_config.enable_tool_rollback and self.rollout_config.get("enable_rollout_routing_replay", False):
+            raise SaarConfigError(
+                "actor_rollout_ref.rollout.enable_rollout_routing_replay (R3) cannot be combined with "
+                "multi_turn.enable_tool_rollback: routed-expert replay data cannot be spliced; disable one of them"
+            )
         # A parser may know its own call boundary (`find_call_start(ids)`, e.g. cleaner_lenient); otherwise
         # the markers of a known format locate it.
         parser_boundary = getattr(self.tool_parser, "find_call_start", None)
-        markers = MARKERS_BY_FORMAT.get(self.tool_parser_name)
-        if markers is not None and markers.end is not None:
-            self.tool_parser = BadCallAwareParser(self.tool_parser, markers)
+        self._markers = MARKERS_BY_FORMAT.get(self.tool_parser_name)
         self.find_call_start: Callable[[Sequence[int]], int | None] | None = None
         if self.saar_config.enable_tool_rollback:
             if parser_boundary is not None:
@@ -152,6 +125,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         self.stats = TrajectoryStats()
         self.policy = RollbackPolicy(self.saar_config, active=False, stats=self.stats)
         self._last_turn: TurnRecord | None = None
+        self._agent_data: AgentData | None = None
 
     @classmethod
     def _saar_config(cls, multi_turn: Any) -> SaarConfig:
@@ -171,15 +145,23 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         return finder
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        if VALIDATE_FLAG_KEY in sampling_params:
-            # A copy: verl's v1 worker shares one dict between the n sessions of a prompt.
-            sampling_params = dict(sampling_params)
-            kwargs.setdefault("validate", bool(sampling_params.pop(VALIDATE_FLAG_KEY)))
-        self.policy = RollbackPolicy(self.saar_config, self._rollback_active(sampling_params, kwargs), self.stats)
-        output = await super().run(sampling_params, **kwargs)
+        active = self._rollback_active(sampling_params, kwargs)
+        self.policy = RollbackPolicy(self.saar_config, active, self.stats)
+        if self._markers is not None and self._markers.end is not None:
+            self.tool_parser = BadCallAwareParser(self.tool_parser, self._markers, surface=active)
+        if not active:
+            self.tools = observed_tools(self.tools)
+        try:
+            output = await super().run(sampling_params, **kwargs)
+        except Exception:
+            if self._agent_data is None or not self._agent_data.prompt_ids:
+                raise  # nothing was built yet: there is no trajectory to return
+            # One trajectory's failure must not fail the batch: it is returned empty and marked as an infra error.
+            logger.exception("%s: trajectory failed; returned as an infrastructure error", AGENT_NAME)
+            output = self._failed_trajectory(self._agent_data)
         if self.policy.open is not None:
             self.policy.close_open("the trajectory ended")
-        self._finish_stats(output)
+        self._finish(output)
         return output
 
     # ---- gate -------------------------------------------------------------------------------------
@@ -195,7 +177,10 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         return True
 
     def _is_validation(self, sampling_params: dict[str, Any], kwargs: dict[str, Any]) -> bool:
-        """The validate flag from the cleaner worker (or a caller's `validate=`); without one, infer it."""
+        """The cleaner worker's validate flag (or a caller's `validate=`); without either, infer it."""
+        validating = VALIDATING.get()
+        if validating is not None:
+            return validating
         if "validate" in kwargs:
             return bool(kwargs["validate"])
         rollout = self.rollout_config
@@ -226,33 +211,51 @@ class CleanerToolAgentLoop(ToolAgentLoop):
 
     # ---- generation -------------------------------------------------------------------------------
 
+    async def _handle_pending_state(self, agent_data: AgentData, sampling_params: dict[str, Any]) -> AgentState:
+        self._agent_data = agent_data
+        return await super()._handle_pending_state(agent_data, sampling_params)
+
     async def _handle_generating_state(
         self, agent_data: AgentData, sampling_params: dict[str, Any], ignore_termination: bool = False
     ) -> AgentState:
         if not self.policy.active:
-            return await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
+            state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
+            self._count_dropped_calls()
+            return state
         before = _checkpoint(agent_data)
-        state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
+        resampling = self.policy.resampling
+        # Turn limits were checked before a resample was asked for (see _retry_executable); the response-length
+        # check is skipped for resamples, as in the reference, so every resample is parsed and its calls run.
+        state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination or resampling)
         ids = list(agent_data.response_ids)
         logprobs = agent_data.response_logprobs[len(agent_data.response_logprobs) - len(ids) :] or None
         self._last_turn = TurnRecord(before, ids, logprobs)
-        if not self.policy.resampling:
+        if not resampling:
             return state
         self.policy.on_resample(len(ids))
         if state is not AgentState.TERMINATED:
             return state
-        # verl stops before parsing when a limit is hit: then no assistant message was appended.
-        if len(agent_data.messages) == before.messages:
-            reason = "limit"
-        elif not ids:
-            reason = "empty"
-        else:
-            reason = "no_call"
-        action = self.policy.on_unusable_resample(reason)
-        if reason != "no_call":
-            # Drop the unusable generation: the trajectory is back at the error feedback, a tool response.
+        if not ids:
+            # An empty resample (e.g. an aborted request) is dropped: back at the error feedback.
             self._truncate(agent_data, before)
-        return AgentState.GENERATING if action is Action.RETRY else AgentState.TERMINATED
+            if self.policy.on_unusable_resample("empty") is Action.RETRY:
+                return AgentState.GENERATING
+            self._end_position(agent_data)
+            return AgentState.GENERATING  # the model continues from the kept attempt, as the stock loop would
+        # The resample answered without a tool call: it stays as the final turn after the kept attempt.
+        self.policy.on_unusable_resample("no_call")
+        self._end_position(agent_data)
+        return AgentState.TERMINATED
+
+    def _count_dropped_calls(self) -> None:
+        """SAAR inactive: calls the stock parser dropped count as bad calls (the stock loop shows nothing)."""
+        parser = self.tool_parser
+        if isinstance(parser, BadCallAwareParser) and parser.dropped:
+            outcomes = [
+                ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail="unparsable call") for _ in parser.dropped
+            ]
+            self.policy.count_round(outcomes, first_attempt=True)
+            parser.dropped = []
 
     # ---- tools ------------------------------------------------------------------------------------
 
@@ -260,7 +263,10 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         if not self.policy.active:
             return await super()._handle_processing_tools_state(agent_data)
         calls = agent_data.tool_calls[: self.max_parallel_calls]
-        results = await asyncio.gather(*(self._call_tool(call, agent_data.tools_kwargs, agent_data) for call in calls))
+        with simple_timer("tool_calls", agent_data.metrics):
+            results = await asyncio.gather(
+                *(self._call_tool(call, agent_data.tools_kwargs, agent_data) for call in calls)
+            )
         outcomes = [ToolOutcome.from_dict(metrics[TOOL_OUTCOME_KEY]) for _, _, metrics in results]
         turn = self._last_turn
         code = turn_code([call.arguments for call in calls])
@@ -268,23 +274,39 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             outcomes,
             position=turn.before.assistant_turns,
             code=code,
-            feedback="\n".join(response.text or "" for response, _, _ in results),
+            # only the failed calls' texts are error feedback (a parallel call's output is not an error)
+            feedback="\n".join(
+                response.text or "" for (response, _, _), outcome in zip(results, outcomes) if not outcome.is_ok
+            ),
             checkpoint=turn.before,
             failed_turn=turn,
+            can_retry=self._retry_executable(agent_data),
         )
         if action is Action.PURIFY:
-            await self._purify(agent_data, turn, code)
-        return await self._append_tool_responses(agent_data, calls, results)
+            await self._purify(agent_data, turn, calls, code)
+        note = self.policy.note() if action is Action.GIVE_UP else None
+        if note is not None:
+            results = _with_note(results, outcomes, note)
+        state = await self._append_tool_responses(agent_data, calls, results)
+        if action is Action.GIVE_UP:
+            self._end_position(agent_data)
+        elif self.policy.open is not None and state is AgentState.TERMINATED:
+            self.policy.close_open("the response is full")
+            self._end_position(agent_data)
+        return state
+
+    def _retry_executable(self, agent_data: AgentData) -> bool:
+        """Would the calls of a resample generated after this round run? verl stops a turn that reaches
+        `max_assistant_turns`, or follows `max_user_turns` tool rounds, before parsing it."""
+        if self.max_assistant_turns and agent_data.assistant_turns + 1 >= self.max_assistant_turns:
+            return False
+        return not (self.max_user_turns and agent_data.user_turns + 1 >= self.max_user_turns)
 
     async def _append_tool_responses(
         self, agent_data: AgentData, calls: list[FunctionCall], results: list
     ) -> AgentState:
         messages = []
         for call, (response, reward, _) in zip(calls, results):
-            if response.image or response.video:
-                raise ValueError(
-                    f"{AGENT_NAME} with rollback supports text tool responses only; tool {call.name!r} returned media"
-                )
             message = {"role": "tool", "content": response.text or ""}
             if call.tool_call_id is not None:
                 message["tool_call_id"] = call.tool_call_id
@@ -315,75 +337,27 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     async def _call_tool(
         self, tool_call: FunctionCall, tools_kwargs: dict[str, Any], agent_data: AgentData
     ) -> tuple[ToolResponse, float, dict]:
-        """Run one call and attach its `ToolOutcome` to the metrics (decided here, never from response text)."""
-        response, reward, metrics, outcome = await self._execute_call(tool_call, tools_kwargs, agent_data)
-        if not self.policy.active:
-            self.policy.count_round([outcome], first_attempt=True)
-        return self._truncate_response(response), reward, {**metrics, TOOL_OUTCOME_KEY: outcome.to_dict()}
-
-    async def _execute_call(
-        self, tool_call: FunctionCall, tools_kwargs: dict[str, Any], agent_data: AgentData
-    ) -> tuple[ToolResponse, float, dict, ToolOutcome]:
+        """Run one call; its `ToolOutcome` is decided here (never from response text)."""
         active_tools = getattr(agent_data, "_active_tools", self.tools)
-        name = tool_call.name
-        if not name:
-            return _bad_call(
-                f"Error: the tool call could not be parsed: {tool_call.arguments[:200]!r} is not JSON with 'name' and 'arguments'."
+        if not self.policy.active:
+            (response, reward, metrics), crashed = await observe_crashes(
+                super()._call_tool(tool_call, tools_kwargs, agent_data)
             )
-        tool = active_tools.get(name)
-        if tool is None:
-            return _bad_call(f"Error: unknown tool {name!r}. Available tools: {sorted(active_tools)}.")
-        try:
-            arguments = json.loads(tool_call.arguments)
-        except (json.JSONDecodeError, TypeError) as exc:
-            return _bad_call(f"Error: the arguments of {name!r} are not valid JSON ({exc}).")
-        if not isinstance(arguments, dict):
-            return _bad_call(f"Error: the arguments of {name!r} must be a JSON object, got {type(arguments).__name__}.")
-
-        instance_id = None
-        try:
-            if isinstance(tool, FunctionTool):
-                response, reward, metrics = normalize_function_tool_return(await tool.call(arguments))
-            else:
-                create_kwargs = tools_kwargs.get(name, {}).get("create_kwargs", {})
-                instance_id, _ = await tool.create(create_kwargs=create_kwargs)
-                response, reward, metrics = await tool.execute(instance_id, arguments, agent_data=agent_data)
-        except Exception as exc:
-            # A tool that raises is broken, not the model: an infrastructure error, never rolled back.
-            logger.exception("tool %r raised", name)
-            outcome = ToolOutcome.infra_error(
-                ErrorCategory.JUDGE_INTERNAL_ERROR, detail=f"tool {name!r} raised {exc!r}"
-            )
-            return ToolResponse(text=TOOL_CRASH_TEXT), 0.0, {}, outcome
-        finally:
-            if instance_id is not None:
-                await tool.release(instance_id)
-        metrics = dict(metrics or {})
-        raw_outcome = metrics.get(TOOL_OUTCOME_KEY)
-        # A tool that reports no outcome is taken as succeeded ("ok, unclassified"): it is never rolled back.
-        outcome = ToolOutcome.ok() if raw_outcome is None else ToolOutcome.from_dict(raw_outcome)
-        return response, reward, metrics, outcome
-
-    def _truncate_response(self, response: ToolResponse) -> ToolResponse:
-        text, limit = response.text, self.max_tool_response_length
-        if not text or len(text) <= limit:
-            return response
-        side = self.tool_response_truncate_side
-        if side == "left":
-            text = "(truncated)..." + text[-limit:]
-        elif side == "right":
-            text = text[:limit] + "...(truncated)"
-        else:
-            half = limit // 2
-            text = text[:half] + "...(truncated)..." + text[-half:]
-        return response.model_copy(update={"text": text})
+            self.policy.count_round([stock_outcome(tool_call, active_tools, metrics, crashed)], first_attempt=True)
+            return response, reward, metrics
+        result = await execute_call(tool_call, active_tools, tools_kwargs, agent_data)
+        response = result.response
+        if response.text:
+            text = truncate_text(response.text, self.max_tool_response_length, self.tool_response_truncate_side)
+            response = response.model_copy(update={"text": text})
+        return response, result.reward, {**result.metrics, TOOL_OUTCOME_KEY: result.outcome.to_dict()}
 
     # ---- purification -----------------------------------------------------------------------------
 
-    async def _purify(self, agent_data: AgentData, replacement: TurnRecord, replacement_code: str) -> None:
+    async def _purify(
+        self, agent_data: AgentData, replacement: TurnRecord, calls: list[FunctionCall], replacement_code: str
+    ) -> None:
         """Splice the successful retry over the failed turn; drop the failed branch from tokens and messages."""
-        if agent_data.routed_experts is not None:
-            raise ValueError(f"{AGENT_NAME}: rollback cannot splice routed-expert replay data; disable one of them")
         open_position = self.policy.open
         base: Checkpoint = open_position.checkpoint
         failed: TurnRecord = open_position.failed_turn
@@ -391,19 +365,20 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         mode, similarity = self.policy.choose_mode(
             replacement_code, splittable=failed_boundary is not None and new_boundary is not None
         )
-        result = splice(
-            agent_data.prompt_ids,
-            agent_data.response_mask,
-            agent_data.response_logprobs or None,
-            StreamLengths(base.ids, base.mask, base.logprobs),
-            GeneratedTurn(failed.ids, failed.logprobs, failed_boundary),
-            GeneratedTurn(replacement.ids, replacement.logprobs, new_boundary),
-            mode,
-        )
-        active_tools = getattr(agent_data, "_active_tools", self.tools)
-        content, _ = await self.tool_parser.extract_tool_calls(
-            result.turn_ids, [tool.tool_schema for tool in active_tools.values()]
-        )
+        failed_turn = GeneratedTurn(failed.ids, failed.logprobs, failed_boundary)
+        new_turn = GeneratedTurn(replacement.ids, replacement.logprobs, new_boundary)
+        stream = (agent_data.prompt_ids, agent_data.response_mask, agent_data.response_logprobs or None)
+        lengths = StreamLengths(base.ids, base.mask, base.logprobs)
+        result = splice(*stream, lengths, failed_turn, new_turn, mode)
+        content, parsed = await self._parse_turn(agent_data, result.turn_ids)
+        if mode == "shallow" and not _same_calls(parsed, calls):
+            # The kept reasoning changes what the parser sees (e.g. a stray start marker): the whole new turn goes in.
+            self.stats.shallow_parse_fallbacks += 1
+            mode = "deep"
+            result = splice(*stream, lengths, failed_turn, new_turn, mode)
+            content, parsed = await self._parse_turn(agent_data, result.turn_ids)
+        if not _same_calls(parsed, calls):
+            raise RuntimeError(f"{AGENT_NAME}: the purified turn does not parse to the calls that were executed")
         agent_data.prompt_ids = result.ids
         agent_data.response_mask = result.mask
         if result.logprobs is not None:
@@ -414,6 +389,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             self._build_assistant_message(content, agent_data)
         ]
         agent_data.tool_rewards = agent_data.tool_rewards[: base.tool_rewards]
+        del _history(agent_data)[base.history : replacement.before.history]
         agent_data.user_turns = base.user_turns
         agent_data.assistant_turns = base.assistant_turns + 1
         attempt = open_position.event.retries
@@ -426,18 +402,69 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             leaked = mentions_error(reasoning, open_position.error_texts, open_position.exception_types)
         self.policy.on_purified(mode, similarity, replacement_code, leaked)
 
+    async def _parse_turn(self, agent_data: AgentData, turn_ids: list[int]) -> tuple[str, list[FunctionCall]]:
+        active_tools = getattr(agent_data, "_active_tools", self.tools)
+        content, calls = await self.tool_parser.extract_tool_calls(
+            turn_ids, [tool.tool_schema for tool in active_tools.values()]
+        )
+        return content, calls[: self.max_parallel_calls]
+
+    def _end_position(self, agent_data: AgentData) -> None:
+        """Apply `rollback_exhausted_keep` to the position just given up: with `last`, drop its earlier attempts."""
+        closed = self.policy.closed
+        if self.saar_config.rollback_exhausted_keep == "all" or closed.last_round == closed.checkpoint:
+            return
+        self._delete_segment(agent_data, closed.checkpoint, closed.last_round)
+        # What stays of the position (its last attempt, and an answer after it) was sampled after errors that are
+        # now gone: its model tokens are recorded as spliced, run by run of the mask.
+        mask, start = agent_data.response_mask, closed.checkpoint.mask
+        for index in range(start, len(mask) + 1):
+            if index == len(mask) or mask[index] == 0:
+                if index > start:
+                    self.stats.spliced_spans.append(SplicedSpan(start, index, closed.event.retries))
+                start = index + 1
+
+    def _delete_segment(self, agent_data: AgentData, start: Checkpoint, end: Checkpoint) -> None:
+        """Remove everything between two checkpoints (turns, tool responses, history) and their turn counts."""
+        del agent_data.prompt_ids[start.ids : end.ids]
+        del agent_data.response_mask[start.mask : end.mask]
+        del agent_data.response_logprobs[start.logprobs : end.logprobs]
+        del agent_data.messages[start.messages : end.messages]
+        del agent_data.tool_rewards[start.tool_rewards : end.tool_rewards]
+        del _history(agent_data)[start.history : end.history]
+        agent_data.assistant_turns -= end.assistant_turns - start.assistant_turns
+        agent_data.user_turns -= end.user_turns - start.user_turns
+
     def _truncate(self, agent_data: AgentData, checkpoint: Checkpoint) -> None:
-        """Cut the stream and messages back to `checkpoint` (assistant_turns keeps counting: it bounds the loop)."""
+        """Cut the stream, messages, history and turn counters back to `checkpoint`."""
         agent_data.prompt_ids = agent_data.prompt_ids[: checkpoint.ids]
         agent_data.response_mask = agent_data.response_mask[: checkpoint.mask]
         agent_data.response_logprobs = agent_data.response_logprobs[: checkpoint.logprobs]
         agent_data.messages = agent_data.messages[: checkpoint.messages]
         agent_data.tool_rewards = agent_data.tool_rewards[: checkpoint.tool_rewards]
+        del _history(agent_data)[checkpoint.history :]
         agent_data.user_turns = checkpoint.user_turns
+        agent_data.assistant_turns = checkpoint.assistant_turns
 
-    # ---- statistics -------------------------------------------------------------------------------
+    # ---- the end of a trajectory ------------------------------------------------------------------
 
-    def _finish_stats(self, output: AgentLoopOutput) -> None:
+    def _failed_trajectory(self, agent_data: AgentData) -> AgentLoopOutput:
+        """A trajectory that raised: its prompt and one end-of-turn token with mask 0 (nothing to train on), with
+        the same fields as every other trajectory so verl can still concatenate the batch."""
+        self.stats.count_failure(ErrorCategory.AGENT_LOOP_ERROR)
+        self.stats.infra_errors += 1
+        prompt_length = len(agent_data.prompt_ids) - len(agent_data.response_mask)
+        return AgentLoopOutput(
+            prompt_ids=agent_data.prompt_ids[:prompt_length],
+            response_ids=[self.tokenizer.eos_token_id],
+            response_mask=[0],
+            response_logprobs=[0.0] if self.rollout_config.calculate_log_probs else None,
+            num_turns=1,
+            metrics=agent_data.metrics,
+            extra_fields={**agent_data.extra_fields, "turn_scores": [], "tool_rewards": []},
+        )
+
+    def _finish(self, output: AgentLoopOutput) -> None:
         stats = self.stats
         length = len(output.response_ids)
         stats.response_tokens = length
@@ -448,8 +475,16 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         ]
         stats.spliced_spans = spans
         stats.spliced_tokens = sum(sum(output.response_mask[span.start : span.end]) for span in spans)
+        if self.saar_config.drop_infra_error_trajectories and stats.infra_errors > 0:
+            # verl's trainers use the response mask as the loss mask: all zero, the trajectory adds no gradient.
+            output.response_mask = [0] * len(output.response_mask)
+            stats.infra_dropped = 1
         output.extra_fields.update(stats.to_extra_fields())
 
 
-def _bad_call(text: str) -> tuple[ToolResponse, float, dict, ToolOutcome]:
-    return ToolResponse(text=text), 0.0, {}, ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail=text)
+def _with_note(results: list, outcomes: list[ToolOutcome], note: str) -> list:
+    """`results` with `note` added to the last failed call's text (what the model reads next)."""
+    last_failed = max(index for index, outcome in enumerate(outcomes) if not outcome.is_ok)
+    response, reward, metrics = results[last_failed]
+    noted = response.model_copy(update={"text": (response.text or "") + note})
+    return [*results[:last_failed], (noted, reward, metrics), *results[last_failed + 1 :]]

@@ -7,6 +7,11 @@ the legacy and the v1 trainer (one config key for both, though each needs a diff
 - checks that the cleaner agent loop is registered, raising `PluginError` with the cause if not,
 - returns verl's own manager for the running trainer, with agent-loop workers that repeat that
   check in their own (Ray actor) process before running any trajectory.
+
+The workers also hand verl's per-trajectory validate flag to the agent loop out of band
+(`cleaner.verl.validation_flag`), and give every trajectory the `saar_*` columns (None for other agent loops,
+as verl itself fills a missing column within one worker), so a batch mixing `cleaner_tool_agent` with
+`tool_agent` or `single_turn_agent` rows concatenates across workers.
 """
 
 from __future__ import annotations
@@ -19,24 +24,35 @@ from omegaconf import DictConfig
 from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
-from cleaner.saar.config import VALIDATE_FLAG_KEY
+from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl import trainer_metrics
 from cleaner.verl.config_checks import check_trainer_config
 from cleaner.verl.plugin import require_registered
 from cleaner.verl.tool_dpo import hooks as tool_dpo_hooks
+from cleaner.verl.validation_flag import VALIDATING
 
 logger = logging.getLogger(__name__)
 
 
-class _ValidateFlagMixin:
-    """Hands verl's per-trajectory validate flag to the agent loop (verl passes it to no agent loop)."""
+class _TrajectoryContextMixin:
+    """The validate flag for the agent loop (verl passes it to none), and the same columns for every trajectory."""
 
     async def _run_agent_loop(self, sampling_params: dict[str, Any], trajectory: dict[str, Any], **kwargs: Any):
-        flagged = {**sampling_params, VALIDATE_FLAG_KEY: bool(trajectory["validate"])}
-        return await super()._run_agent_loop(flagged, trajectory, **kwargs)
+        # Each trajectory runs in its own task, so this value is seen by this trajectory only.
+        token = VALIDATING.set(bool(trajectory["validate"]))
+        try:
+            return await super()._run_agent_loop(sampling_params, trajectory, **kwargs)
+        finally:
+            VALIDATING.reset(token)
+
+    async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any):
+        for item in output if isinstance(output, list) else [output]:
+            for key in EXTRA_FIELD_KEYS:
+                item.extra_fields.setdefault(key, None)
+        return await super()._agent_loop_postprocess(output, validate, **kwargs)
 
 
-class CleanerAgentLoopWorker(_ValidateFlagMixin, AgentLoopWorker):
+class CleanerAgentLoopWorker(_TrajectoryContextMixin, AgentLoopWorker):
     """verl's agent-loop worker (legacy trainer) that fails at start-up if the cleaner loop is not registered."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -44,7 +60,7 @@ class CleanerAgentLoopWorker(_ValidateFlagMixin, AgentLoopWorker):
         super().__init__(*args, **kwargs)
 
 
-class CleanerAgentLoopWorkerTQ(_ValidateFlagMixin, AgentLoopWorkerTQ.__ray_actor_class__):
+class CleanerAgentLoopWorkerTQ(_TrajectoryContextMixin, AgentLoopWorkerTQ.__ray_actor_class__):
     """The same check for the v1 trainer's TransferQueue worker (verl ships that one already ray.remote'd)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

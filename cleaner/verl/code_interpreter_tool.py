@@ -6,7 +6,6 @@ Name it in the tool yaml as `cleaner.verl.code_interpreter_tool.CodeInterpreterT
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from verl.tools.base_tool import BaseTool
@@ -15,6 +14,7 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 import cleaner.verl.tool_parser  # noqa: F401  (registers `cleaner_lenient*` wherever this tool is loaded)
 from cleaner.saar.outcome import TOOL_OUTCOME_KEY
 from cleaner.tools.code_interpreter import CODE_ARG, TOOL_SCHEMA, CodeInterpreter, CodeInterpreterConfig
+from cleaner.verl.tool_execution import tool_history
 
 
 def default_tool_schema() -> OpenAIFunctionToolSchema:
@@ -30,8 +30,8 @@ class CodeInterpreterTool(BaseTool):
         super().__init__(config, schema)
         self.interpreter = CodeInterpreter(self.settings)
         # Stateful mode: a trajectory's successful cells. verl creates and releases a tool instance around EVERY
-        # call, so the trajectory (its AgentData, held weakly) is the key; plain callers fall back to instance ids.
-        self._cells_by_trajectory: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+        # call, so they live on the trajectory's AgentData (where the SAAR loop cuts them back on a rollback);
+        # plain callers without one fall back to instance ids.
         self._cells_by_instance: dict[str, list[str]] = {}
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
@@ -44,5 +44,5 @@ class CodeInterpreterTool(BaseTool):
 
     def _history(self, instance_id: str, agent_data: Any) -> list[str]:
         if agent_data is not None:
-            return self._cells_by_trajectory.setdefault(agent_data, [])
+            return tool_history(agent_data)
         return self._cells_by_instance.setdefault(instance_id, [])

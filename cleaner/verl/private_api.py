@@ -57,7 +57,26 @@ PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
         ("self", "sampling_params", "trajectory"),
         "agent_loop_manager",
     ),
+    # the saar_* columns on every trajectory (cleaner.verl.agent_loop_manager)
+    PrivateMethod(
+        "verl.experimental.agent_loop.agent_loop",
+        "AgentLoopWorker._agent_loop_postprocess",
+        ("self", "output", "validate"),
+        "agent_loop_manager",
+    ),
+    PrivateMethod(
+        "verl.trainer.ppo.v1.agent_loop_tq",
+        "AgentLoopWorkerTQ.__ray_actor_class__._agent_loop_postprocess",
+        ("self", "output", "validate"),
+        "agent_loop_manager",
+    ),
     # SAAR inside verl's tool loop (cleaner.verl.agent_loop)
+    PrivateMethod(
+        "verl.experimental.agent_loop.tool_agent_loop",
+        "ToolAgentLoop._handle_pending_state",
+        ("self", "agent_data", "sampling_params"),
+        "agent_loop",
+    ),
     PrivateMethod(
         "verl.experimental.agent_loop.tool_agent_loop",
         "ToolAgentLoop._handle_generating_state",

@@ -1,6 +1,6 @@
-import pytest
-
 from dataclasses import fields
+
+import pytest
 
 from cleaner.saar.config import CONFIG_KEYS, SaarConfig, SaarConfigError
 from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES, ErrorCategory
@@ -16,6 +16,7 @@ def test_defaults_match_the_reference_and_paper():
     assert config.rollback_in_validation is False
     assert config.rollback_on_errors == MODEL_ERROR_CATEGORIES
     assert (config.save_negative_samples, config.max_negative_samples_per_group) == (False, 1)
+    assert (config.rollback_exhausted_keep, config.drop_infra_error_trajectories) == ("last", False)
 
 
 # A valid value other than the default for every field: a new field without one here fails the test below.
@@ -30,6 +31,8 @@ NON_DEFAULT = {
     "rollback_seed": 11,
     "save_negative_samples": True,
     "max_negative_samples_per_group": 0,
+    "rollback_exhausted_keep": "all",
+    "drop_infra_error_trajectories": True,
 }
 
 
@@ -86,6 +89,8 @@ def test_reads_an_omegaconf_section():
         ({"rollback_on_errors": ["queue_timeout"]}, "infrastructure error"),
         ({"rollback_on_errors": ["NameError"]}, "only labels"),
         ({"rollback_on_errors": ["segfault"]}, "unknown category"),
+        ({"rollback_exhausted_keep": "first"}, "rollback_exhausted_keep"),
+        ({"drop_infra_error_trajectories": "yes"}, "drop_infra_error_trajectories"),
         ({"save_negative_samples": 1}, "save_negative_samples"),
         ({"max_negative_samples_per_group": -1}, "max_negative_samples_per_group"),
     ],

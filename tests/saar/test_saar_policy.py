@@ -69,18 +69,69 @@ def test_k_retries_then_give_up_and_keep_going():
     p.on_resample(5)
     assert fail_round(p, TIMEOUT) is Action.RETRY
     p.on_resample(6)
-    assert fail_round(p) is Action.CONTINUE and not p.resampling
+    assert fail_round(p) is Action.GIVE_UP and not p.resampling
     assert (stats.rollbacks_triggered, stats.rollbacks_failed, stats.retries_used, stats.resampled_tokens) == (
         1,
         1,
         2,
         11,
     )
-    assert stats.rollback_events[0].mode == "failed" and stats.rollback_events[0].retries == 2
+    event = stats.rollback_events[0]
+    assert (event.mode, event.retries, event.kept) == ("failed", 2, "last")
+    assert p.closed.event is event
     # counted per occurrence, retries included
     assert stats.failures[ErrorCategory.EXCEPTION] == 2 and stats.failures[ErrorCategory.TIMEOUT] == 1
     # a later position gets its own budget
     assert fail_round(p) is Action.RETRY
+
+
+@pytest.mark.parametrize(("keep", "purified"), [("last", 2), ("all", 0)])
+def test_an_unrecovered_position_keeps_its_last_attempt_by_default(keep, purified):
+    """`last` (the reference): the earlier failed attempts leave the trajectory, so their errors count as purified."""
+    p, stats = policy(max_tool_retries=2, rollback_exhausted_keep=keep)
+    p.on_round([NAME_ERROR], position=0, code="a", feedback="e0", checkpoint="cp0", failed_turn="t0")
+    p.on_resample(1)
+    p.on_round([NAME_ERROR], position=0, code="b", feedback="e1", checkpoint="cp1", failed_turn="t1")
+    p.on_resample(1)
+    assert p.on_round([TIMEOUT], position=0, code="c", feedback="e2", checkpoint="cp2") is Action.GIVE_UP
+    assert (p.closed.checkpoint, p.closed.last_round) == ("cp0", "cp2")
+    assert stats.purified_errors == purified and stats.rollback_events[0].kept == keep
+
+
+def test_the_failed_n_times_note_comes_from_two_retries_on():
+    p, _ = policy(max_tool_retries=1)
+    fail_round(p)
+    p.on_resample(1)
+    assert fail_round(p) is Action.GIVE_UP and p.note() is None  # one retry: no note
+    p, _ = policy(max_tool_retries=2)
+    fail_round(p)
+    p.on_resample(1)
+    fail_round(p)
+    p.on_resample(1)
+    assert fail_round(p) is Action.GIVE_UP
+    assert (
+        p.note()
+        == "\n\nNote: this tool call has failed 3 times with the same error type (NameError). Try a different method."
+    )
+    p, _ = policy(max_tool_retries=3)
+    fail_round(p)
+    p.on_resample(1)
+    fail_round(p, TIMEOUT)
+    p.on_resample(1)
+    assert fail_round(p, NAME_ERROR) is Action.RETRY
+    p.on_resample(1)
+    assert p.on_round([INFRA], position=0, code="x", feedback="") is Action.GIVE_UP
+    assert p.note() is None  # given up on an infrastructure error: the model is not told to change its method
+
+
+def test_no_retry_when_it_could_not_be_executed():
+    p, stats = policy(max_tool_retries=3)
+    assert p.on_round([NAME_ERROR], position=0, code="a", feedback="e", can_retry=False) is Action.CONTINUE
+    assert stats.rollbacks_triggered == 0  # like the baseline: the error stays and the model goes on
+    assert fail_round(p) is Action.RETRY
+    p.on_resample(1)
+    assert p.on_round([NAME_ERROR], position=0, code="b", feedback="e", can_retry=False) is Action.GIVE_UP
+    assert stats.rollbacks_failed == 1 and stats.retries_used == 1
 
 
 def test_infra_errors_are_never_rolled_back():
@@ -90,7 +141,8 @@ def test_infra_errors_are_never_rolled_back():
     assert stats.infra_errors == 2 and stats.rollbacks_triggered == 0
     fail_round(p)
     p.on_resample(3)
-    assert p.on_round([INFRA], position=2, code="x", feedback="") is Action.CONTINUE
+    assert p.on_round([INFRA], position=2, code="x", feedback="", checkpoint="cp-infra") is Action.GIVE_UP
+    assert p.closed.last_round == "cp-infra"  # with `last`, the infra attempt is what stays
     assert stats.rollbacks_failed == 1 and stats.to_extra_fields()["saar_infra_error"] is True
 
 
@@ -129,8 +181,8 @@ def test_purified_errors_count_the_failed_calls_a_recovery_removed_not_the_retri
     p.on_resample(2)
     fail_round(p)
     p.on_resample(2)
-    fail_round(p)  # budget spent: the position fails and its errors stay in the trajectory
-    assert stats.purified_errors == 3 and stats.rollbacks_failed == 1
+    fail_round(p)  # budget spent: the position fails; only its last attempt's error stays (`last`)
+    assert stats.purified_errors == 3 + 3 and stats.rollbacks_failed == 1
 
 
 def test_unusable_resamples():
@@ -139,12 +191,11 @@ def test_unusable_resamples():
     p.on_resample(0)
     assert p.on_unusable_resample("empty") is Action.RETRY  # budget left: generate again
     p.on_resample(0)
-    assert p.on_unusable_resample("empty") is Action.CONTINUE
-    for reason in ("no_call", "limit"):
-        fail_round(p)
-        p.on_resample(3)
-        assert p.on_unusable_resample(reason) is Action.CONTINUE
-    assert stats.rollbacks_failed == 3 and not p.resampling
+    assert p.on_unusable_resample("empty") is Action.GIVE_UP
+    fail_round(p)
+    p.on_resample(3)
+    assert p.on_unusable_resample("no_call") is Action.GIVE_UP
+    assert stats.rollbacks_failed == 2 and not p.resampling and p.note() is None
 
 
 def test_inactive_or_zero_budget_never_retries_but_counts():

@@ -38,4 +38,5 @@ def test_fraction_flags_and_provenance():
         "retries": 2,
         "resampled_tokens": 17,
         "model_errors": 0,
+        "kept": None,
     }

@@ -5,9 +5,11 @@ independent text-level oracle says what the purified conversation must be:
 - no failure: the turn and its result;
 - 1..K failures: the first attempt's reasoning with the successful call (shallow, when the codes'
   difflib ratio is >= 0.5) or the whole successful turn (deep), then its result;
-- more than K failures: every attempt and every error, unpurified;
+- more than K failures: only the last attempt and its error stay (`rollback_exhausted_keep: last`), with the
+  "failed N times" note from 2 retries on;
 - a first attempt with an infrastructure error: kept as is, never rolled back;
-- a retry that answers instead of calling: the chain and the answer are kept and the trajectory ends.
+- a retry that answers instead of calling: the last failed attempt, its error and the answer stay, and the
+  trajectory ends.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cleaner.saar.policy import exhausted_note
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl.agent_loop import CleanerToolAgentLoop
 from support.scripted_llm import (
@@ -109,7 +112,9 @@ def plan(position_specs: list[Position], retries: int):
             ]
             for j, code in enumerate(failed):
                 script.append(turn(spec.reasonings[j], code))
-                conversation += [_assistant(turn(spec.reasonings[j], code)), _tool(tool_text(code))]
+            last = spec.failures - 1
+            conversation += [_assistant(turn(spec.reasonings[last], failed[last])), _tool(tool_text(failed[last]))]
+            hidden += [(code, tool_text(code)) for code in failed[:last]]
             answer = f"<think>\n{spec.reasonings[spec.failures]}\n</think>\n\nI give up: \\boxed{{0}}."
             script.append(answer)
             conversation.append(_assistant(answer))
@@ -141,14 +146,23 @@ def plan(position_specs: list[Position], retries: int):
             expected["recovered"] += 1
             expected["retries"] += spec.failures
         else:
-            for reasoning, code in attempts:
-                conversation += [_assistant(turn(reasoning, code)), _tool(tool_text(code))]
+            reasoning, code = attempts[-1]
+            feedback = tool_text(code) + (
+                exhausted_note(retries + 1, kinds_of(spec, retries + 1)) if retries >= 2 else ""
+            )
+            conversation += [_assistant(turn(reasoning, code)), _tool(feedback)]
+            hidden += [(code, tool_text(code)) for code in failed[:-1]]
             expected["triggered"] += 1
             expected["failed"] += 1
             expected["retries"] += retries
     script.append(ANSWER)
     conversation.append(_assistant(ANSWER))
     return script, conversation, hidden, expected
+
+
+def kinds_of(spec: Position, attempts: int) -> list[str | None]:
+    """The exception types the scripted tool reports for a position's first `attempts` failures."""
+    return [scripted_outcome(f"# outcome: {kind}").exception_type for kind in spec.failure_kinds[:attempts]]
 
 
 def _assistant(text: str) -> dict:

@@ -11,6 +11,7 @@ from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 from cleaner.saar.config import SaarConfigError
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl.agent_loop import AGENT_NAME, CleanerToolAgentLoop
+from cleaner.verl.tool_execution import TOOL_CRASH_TEXT, tool_history
 from support.scripted_llm import (
     INFRA_TEXT,
     ScriptedLLMServer,
@@ -185,20 +186,47 @@ async def test_recovery_after_several_retries_drops_every_failed_attempt(qwen3_t
     assert "Error" not in run.response_text(qwen3_tokenizer)
 
 
-async def test_k_exhausted_keeps_the_whole_failed_chain(qwen3_tokenizer):
-    attempts = [FIRST] + [turn(f"Retry {i}.", f"print(v{i})\n# outcome: exception NameError") for i in range(2)]
-    follow_up = turn("Let me think without tools.", None, "The total is \\boxed{55}.")
-    run = await run_loop(qwen3_tokenizer, [*attempts, follow_up], max_tool_retries=2)
-    conversation = []
-    for attempt, code in zip(
-        attempts, [FAILED, "print(v0)\n# outcome: exception NameError", "print(v1)\n# outcome: exception NameError"]
-    ):
-        conversation += [assistant(attempt), tool(tool_text(code))]
-    assert_consistent(run, qwen3_tokenizer, conversation + [assistant(follow_up)])
+RETRY_CODES = [f"print(v{i})\n# outcome: exception NameError" for i in range(3)]
+RETRIES = [turn(f"Retry {i}.", code) for i, code in enumerate(RETRY_CODES)]
+FOLLOW_UP = turn("Let me think without tools.", None, "The total is \\boxed{55}.")
+
+
+def note(attempts: int) -> str:
+    return f"\n\nNote: this tool call has failed {attempts} times with the same error type (NameError). Try a different method."
+
+
+async def test_k_exhausted_keeps_only_the_last_failed_attempt_and_adds_the_note(qwen3_tokenizer):
+    """The reference: earlier failed attempts are rolled back; the last one and its error stay, with a note."""
+    run = await run_loop(qwen3_tokenizer, [FIRST, *RETRIES[:2], FOLLOW_UP], max_tool_retries=2)
+    kept = [assistant(RETRIES[1]), tool(tool_text(RETRY_CODES[1]) + note(3)), assistant(FOLLOW_UP)]
+    assert_consistent(run, qwen3_tokenizer, kept)
     f = run.fields
     assert (f["saar_rollbacks_triggered"], f["saar_rollbacks_failed"], f["saar_rollbacks_recovered"]) == (1, 1, 0)
-    assert f["saar_rollback_events"][0]["mode"] == "failed" and f["saar_spliced_spans"] == []
-    assert f["saar_retries_used"] == 2
+    [event] = f["saar_rollback_events"]
+    assert (event["mode"], event["kept"], event["model_errors"]) == ("failed", "last", 3)
+    assert (f["saar_retries_used"], f["saar_purified_errors"], f["saar_fail_exception"]) == (2, 2, 3)
+    assert run.output.num_turns == 4  # user + the kept attempt + its tool response + the follow-up
+    # the kept attempt was sampled after errors that are gone: it is recorded as spliced; the follow-up was
+    # generated after the rollback, in the context it is trained in
+    [[start, end, attempt]] = f["saar_spliced_spans"]
+    assert (start, attempt) == (0, 2) and f["saar_spliced_tokens"] == end
+    assert qwen3_tokenizer.decode(run.output.response_ids[start:end]) == RETRIES[1] + "<|im_end|>"
+    # the model read the note before its follow-up
+    assert qwen3_tokenizer.decode(run.server.requests_for(MARKER)[-1].prompt_ids).count("Try a different method") == 1
+
+
+async def test_k_exhausted_with_keep_all_keeps_the_whole_failed_chain(qwen3_tokenizer):
+    run = await run_loop(
+        qwen3_tokenizer, [FIRST, *RETRIES[:2], FOLLOW_UP], max_tool_retries=2, rollback_exhausted_keep="all"
+    )
+    conversation = []
+    for attempt, code in zip([FIRST, *RETRIES[:2]], [FAILED, *RETRY_CODES[:2]]):
+        conversation += [assistant(attempt), tool(tool_text(code))]
+    conversation[-1] = tool(tool_text(RETRY_CODES[1]) + note(3))
+    assert_consistent(run, qwen3_tokenizer, conversation + [assistant(FOLLOW_UP)])
+    f = run.fields
+    assert f["saar_rollback_events"][0]["kept"] == "all" and f["saar_purified_errors"] == 0
+    assert f["saar_spliced_spans"] == [] and run.output.num_turns == 8
 
 
 async def test_failure_after_exhaustion_at_a_later_position_gets_its_own_budget(qwen3_tokenizer):
@@ -212,8 +240,18 @@ async def test_failure_after_exhaustion_at_a_later_position_gets_its_own_budget(
     run = await run_loop(qwen3_tokenizer, script, max_tool_retries=1)
     f = run.fields
     assert (f["saar_rollbacks_triggered"], f["saar_rollbacks_failed"], f["saar_rollbacks_recovered"]) == (2, 1, 1)
-    assert_consistent(run, qwen3_tokenizer)
-    assert [event["position"] for event in f["saar_rollback_events"]] == [0, 2]
+    assert_consistent(
+        run,
+        qwen3_tokenizer,
+        [
+            assistant(script[1]),
+            tool(tool_text("print(q)\n# outcome: exception NameError")),  # one retry: no note
+            assistant(script[3]),
+            tool(tool_text("x = 1")),
+            assistant(ANSWER),
+        ],
+    )
+    assert [event["position"] for event in f["saar_rollback_events"]] == [0, 1]
 
 
 async def test_resample_without_a_tool_call_ends_the_trajectory_unpurified(qwen3_tokenizer):
@@ -224,18 +262,36 @@ async def test_resample_without_a_tool_call_ends_the_trajectory_unpurified(qwen3
 
 
 @pytest.mark.parametrize("limit", [{"max_assistant_turns": 2}, {"max_user_turns": 1}])
-async def test_turn_limit_while_resampling_drops_the_resample_and_ends_on_the_error(qwen3_tokenizer, limit):
-    retry = turn("Fixing.", SIMILAR_FIX)
-    run = await run_loop(qwen3_tokenizer, [FIRST, retry], **limit)
-    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED))])
-    assert run.fields["saar_rollbacks_failed"] == 1 and run.tool.calls == [FAILED]
+async def test_no_retry_is_generated_when_a_turn_limit_would_stop_it(qwen3_tokenizer, limit):
+    """A retry that could not run is never generated: the model answers as in the SAAR-off baseline."""
+    answer = turn("The tool failed; reasoning instead.", None, "The total is \\boxed{55}.")
+    run = await run_loop(qwen3_tokenizer, [FIRST, answer], **limit)
+    baseline = await run_loop(qwen3_tokenizer, [FIRST, answer], loop_cls=ToolAgentLoop, **limit)
+    for name in ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "num_turns"):
+        assert getattr(run.output, name) == getattr(baseline.output, name), name
+    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED)), assistant(answer)])
+    assert run.fields["saar_rollbacks_triggered"] == 0 and run.tool.calls == [FAILED]
 
 
-async def test_response_length_while_resampling_drops_the_resample(qwen3_tokenizer):
+async def test_retries_stop_before_the_turn_limit_and_the_model_answers(qwen3_tokenizer):
+    """max_assistant_turns=4 with K=3 (the demo): two retries run, the third could not, so none is generated."""
+    script = [FIRST, *RETRIES[:2], ANSWER]
+    run = await run_loop(qwen3_tokenizer, script, max_assistant_turns=4)
+    assert len(run.server.requests_for(MARKER)) == 4  # no generation is thrown away
+    kept = [assistant(RETRIES[1]), tool(tool_text(RETRY_CODES[1]) + note(3)), assistant(ANSWER)]
+    assert_consistent(run, qwen3_tokenizer, kept)
+    f = run.fields
+    assert (f["saar_rollbacks_failed"], f["saar_retries_used"]) == (1, 2)
+    assert run.output.num_turns == 4  # the purified conversation: user, kept attempt, its tool response, answer
+
+
+async def test_a_resample_past_response_length_is_still_run_and_can_recover(qwen3_tokenizer):
+    """The reference skipped the response-length check for resamples (verl's ignore_termination)."""
     long_retry = turn("word " * 400, SIMILAR_FIX)
-    run = await run_loop(qwen3_tokenizer, [FIRST, long_retry], response_length=300)
-    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED))])
-    assert run.fields["saar_rollbacks_failed"] == 1 and run.fields["saar_resampled_tokens"] > 300
+    run = await run_loop(qwen3_tokenizer, [FIRST, long_retry, ANSWER], response_length=300)
+    purified = turn("I will sum with Python.", SIMILAR_FIX, "Let me run it.\n")
+    assert_consistent(run, qwen3_tokenizer, [assistant(purified), tool(tool_text(SIMILAR_FIX)), assistant(ANSWER)])
+    assert run.fields["saar_rollbacks_shallow"] == 1 and run.fields["saar_resampled_tokens"] > 300
 
 
 async def test_empty_resample_is_retried_within_the_budget(qwen3_tokenizer):
@@ -246,11 +302,11 @@ async def test_empty_resample_is_retried_within_the_budget(qwen3_tokenizer):
     assert run.fields["saar_retries_used"] == 2 and run.fields["saar_rollbacks_recovered"] == 1
 
 
-async def test_empty_resamples_exhausting_the_budget_end_on_the_error(qwen3_tokenizer):
+async def test_empty_resamples_exhausting_the_budget_let_the_model_go_on(qwen3_tokenizer):
     empty = ScriptedTurn(token_ids=(), append_eos=False)
-    run = await run_loop(qwen3_tokenizer, [FIRST, empty, empty], max_tool_retries=2)
-    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED))])
-    assert run.fields["saar_rollbacks_failed"] == 1
+    run = await run_loop(qwen3_tokenizer, [FIRST, empty, empty, ANSWER], max_tool_retries=2)
+    assert_consistent(run, qwen3_tokenizer, [assistant(FIRST), tool(tool_text(FAILED)), assistant(ANSWER)])
+    assert run.fields["saar_rollbacks_failed"] == 1 and run.output.num_turns == 4
 
 
 async def test_parallel_calls_with_one_failure_resample_the_whole_turn(qwen3_tokenizer):
@@ -323,7 +379,7 @@ async def test_tool_without_outcome_counts_as_success_and_raising_tool_as_infra(
     run = await run_loop(qwen3_tokenizer, [first, ANSWER], tools=[silent])
     assert run.fields["saar_first_attempt_successes"] == 1 and run.fields["saar_rollbacks_triggered"] == 0
     run = await run_loop(qwen3_tokenizer, [first, ANSWER], tools=[crashing])
-    assert run.fields["saar_infra_error"] is True and run.fields["saar_fail_judge_internal_error"] == 1
+    assert run.fields["saar_infra_error"] is True and run.fields["saar_fail_tool_error"] == 1
     assert_consistent(run, qwen3_tokenizer)
 
 
@@ -423,3 +479,156 @@ async def test_rollback_off_matches_the_stock_tool_agent_token_for_token(qwen3_t
         f["saar_first_attempt_successes"],
         f["saar_fail_exception"],
     ) == (0, 2, 1, 1)
+
+
+# ---- the purified turn parses to the executed calls; markers in the reasoning -------------------------------
+
+
+async def test_a_tool_call_mention_in_the_reasoning_does_not_turn_a_valid_call_into_a_bad_call(qwen3_tokenizer):
+    mention = turn("I will wrap the code in <tool_call> tags.", "print(sum(range(11)))")
+    run = await run_loop(qwen3_tokenizer, [mention, ANSWER])
+    assert run.tool.calls == ["print(sum(range(11)))"]
+    f = run.fields
+    assert (f["saar_first_attempt_successes"], f["saar_fail_bad_call"], f["saar_rollbacks_triggered"]) == (1, 0, 0)
+    assert_consistent(
+        run, qwen3_tokenizer, [assistant(mention), tool(tool_text("print(sum(range(11)))")), assistant(ANSWER)]
+    )
+
+
+async def test_a_shallow_splice_that_would_not_parse_to_the_executed_call_falls_back_to_deep(qwen3_tokenizer):
+    """A complete call drafted in the reasoning is what the parser executes first; the call boundary is after
+    `</think>`, so a shallow splice would keep the drafted (failing) call in front of the fix."""
+    drafted = f"<think>\nDraft: {tool_call_text(FAILED)}\n</think>\n\n" + tool_call_text(
+        "print(totl)\n# outcome: exception NameError"
+    )
+    retry = turn("Typo.", SIMILAR_FIX)
+    run = await run_loop(qwen3_tokenizer, [drafted, retry, ANSWER])
+    assert run.tool.calls == [FAILED, SIMILAR_FIX]
+    assert_consistent(run, qwen3_tokenizer, [assistant(retry), tool(tool_text(SIMILAR_FIX)), assistant(ANSWER)])
+    f = run.fields
+    assert (f["saar_shallow_parse_fallbacks"], f["saar_rollbacks_deep"], f["saar_rollbacks_shallow"]) == (1, 1, 0)
+
+
+# ---- stateful tools, leak detection ------------------------------------------------------------------------
+
+
+class HistoryTool(scripted_python_tool().__class__):
+    """A scripted tool that, like code_interpreter's stateful mode, keeps successful cells in the trajectory's history."""
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        response, reward, metrics = await super().execute(instance_id, parameters, **kwargs)
+        history = tool_history(kwargs["agent_data"])
+        self.seen.append(list(history))
+        if scripted_outcome(parameters["code"]).is_ok:
+            history.append(parameters["code"])
+        return response, reward, metrics
+
+
+async def test_cells_of_a_discarded_attempt_leave_the_stateful_history(qwen3_tokenizer):
+    tool = HistoryTool({"type": "native"}, scripted_python_tool().tool_schema)
+    tool.seen = []
+    kept, dropped = "secret = 41", "print(zz)\n# outcome: exception NameError"
+    first = turn("Two cells.", kept) + "\n" + tool_call_text(dropped)
+    retry = turn("Again.", "other = 1") + "\n" + tool_call_text("print(2)")
+    later = turn("Use it.", "print(other)")
+    run = await run_loop(qwen3_tokenizer, [first, retry, later, ANSWER], tools=[tool], max_parallel_calls=2)
+    assert run.fields["saar_rollbacks_recovered"] == 1
+    # the later cell replays only cells of the purified conversation: not `secret = 41` from the failed attempt
+    assert sorted(tool.seen[-1]) == ["other = 1", "print(2)"]
+
+
+async def test_the_leak_check_ignores_the_output_of_a_successful_parallel_call(qwen3_tokenizer):
+    good, bad = "print(1)", "print(zz)\n# outcome: exception NameError"
+    first = turn("Two things.", good) + "\n" + tool_call_text(bad)
+    # the deep replacement quotes the successful call's output, which was never an error
+    retry = turn(f"The first printed {tool_text(good)}, so a plain loop now.", OTHER_FIX)
+    run = await run_loop(qwen3_tokenizer, [first, retry, ANSWER], max_parallel_calls=2)
+    f = run.fields
+    assert (f["saar_rollbacks_deep"], f["saar_deep_mentions_error"]) == (1, 0)
+    assert "result-" not in f["saar_rollback_events"][0]["error_text"]
+
+
+# ---- failing at start, bad tool answers, timers ------------------------------------------------------------
+
+
+async def test_routed_expert_replay_with_rollback_is_rejected_when_the_loop_is_built(qwen3_tokenizer):
+    config = agent_loop_config(enable_tool_rollback=True)
+    config.actor_rollout_ref.rollout.enable_rollout_routing_replay = True
+    with pytest.raises(SaarConfigError, match="enable_rollout_routing_replay"):
+        build_agent_loop(
+            CleanerToolAgentLoop,
+            config,
+            ScriptedLLMServer(qwen3_tokenizer, {}),
+            qwen3_tokenizer,
+            [scripted_python_tool()],
+        )
+
+
+@pytest.mark.parametrize("answer", ["media", "malformed_outcome"])
+async def test_an_unusable_tool_answer_is_an_infra_error_of_that_trajectory(qwen3_tokenizer, answer):
+    tool = scripted_python_tool()
+
+    async def execute(instance_id, parameters, **kwargs):
+        from verl.tools.schemas import ToolResponse
+
+        if answer == "media":
+            return ToolResponse(text="a plot", image=["<image>"]), 0.0, {}
+        return ToolResponse(text="done"), 0.0, {"tool_outcome": {"kind": "sideways"}}
+
+    tool.execute = execute
+    first = turn("Run.", "print(1)")
+    run = await run_loop(qwen3_tokenizer, [first, ANSWER], tools=[tool])
+    f = run.fields
+    assert (f["saar_infra_error"], f["saar_fail_tool_error"], f["saar_rollbacks_triggered"]) == (True, 1, 0)
+    assert_consistent(run, qwen3_tokenizer, [assistant(first), tool_message(TOOL_CRASH_TEXT), assistant(ANSWER)])
+
+
+def tool_message(text: str) -> dict:
+    return {"role": "tool", "content": text}
+
+
+async def test_tool_execution_with_rollback_goes_through_verls_tool_calls_timer(qwen3_tokenizer):
+    run = await run_loop(qwen3_tokenizer, [FIRST, turn("Fixing.", SIMILAR_FIX), ANSWER])
+    assert run.output.metrics.tool_calls > 0 and run.output.metrics.generate_sequences > 0
+
+
+# ---- SAAR off is the stock loop ------------------------------------------------------------------------------
+
+UNPARSABLE = (
+    '<think>\nGo.\n</think>\n\n<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(1)"\n</tool_call>'
+)
+UNKNOWN_TOOL = '<think>\nGo.\n</think>\n\n<tool_call>\n{"name": "shell", "arguments": {"cmd": "ls"}}\n</tool_call>'
+NOT_OBJECT = (
+    '<think>\nGo.\n</think>\n\n<tool_call>\n{"name": "code_interpreter", "arguments": "print(1)"}\n</tool_call>'
+)
+STOCK_PATHS = {  # script, and the saar_fail_* counters SAAR-off statistics must still report
+    "unparsable": ([UNPARSABLE, ANSWER], {"bad_call": 1}),
+    "unknown_tool": ([UNKNOWN_TOOL, ANSWER], {"bad_call": 1}),
+    "not_an_object": ([NOT_OBJECT, ANSWER], {"bad_call": 1}),
+    "mention_in_reasoning": ([turn("Use <tool_call> tags.", "print(1)"), ANSWER], {"bad_call": 1}),
+    "tool_raises": ([turn("Run.", "print(1)"), ANSWER], {"tool_error": 1}),
+    "errors_then_answer": ([FIRST, turn("Fixing.", OTHER_FIX), ANSWER], {"exception": 1}),
+}
+
+
+@pytest.mark.parametrize("path", sorted(STOCK_PATHS))
+async def test_rollback_off_is_byte_identical_to_the_stock_tool_agent_on_every_path(qwen3_tokenizer, path):
+    script, failures = STOCK_PATHS[path]
+
+    def tools():
+        tool = scripted_python_tool()
+        if path == "tool_raises":
+
+            async def boom(instance_id, parameters, **kwargs):
+                raise RuntimeError("socket closed")
+
+            tool.execute = boom
+        return [tool]
+
+    ours = await run_loop(qwen3_tokenizer, script, tools=tools(), enable_tool_rollback=False)
+    stock = await run_loop(qwen3_tokenizer, script, tools=tools(), loop_cls=ToolAgentLoop, enable_tool_rollback=False)
+    for name in ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "num_turns"):
+        assert getattr(ours.output, name) == getattr(stock.output, name), name
+    assert ours.text(qwen3_tokenizer) == stock.text(qwen3_tokenizer)
+    counted = {key[len("saar_fail_") :]: value for key, value in ours.fields.items() if key.startswith("saar_fail_")}
+    assert {key: value for key, value in counted.items() if value} == failures
