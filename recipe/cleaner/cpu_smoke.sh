@@ -50,6 +50,9 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Ray sets OMP_NUM_THREADS to an actor's CPU share (1 for a fractional share) unless it is set: the trainer
 # worker would then compute on one core.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$RAY_NUM_CPUS}"
+# Ray starts its workers at nice 15, and here the workers do all the work (training, generation): on a machine
+# with anything else running they would get a few percent of a core. The run's own processes are all it has.
+export RAY_worker_niceness="${RAY_worker_niceness:-0}"
 export PATH="$ROOT/.venv/bin:$PATH"
 
 STARTED_JUDGE_PID=""
@@ -105,6 +108,9 @@ fi
 : "${VAL_FILES:=$TRAIN_FILES}"
 export TRAIN_FILES VAL_FILES
 
+# Training precision: verl's FSDP engine ignores fsdp_config.dtype and, without fsdp_config.mixed_precision,
+# casts parameters to bf16 under bf16 autocast; on a CPU without AVX-512 BF16 those matmuls take a slow path
+# (about 10x slower than fp32 here), so the precision is set explicitly from DTYPE.
 # In the background, in its own process group, so that a signal to this script stops the run at once (bash
 # would run the trap only after a foreground command returns).
 set -m
@@ -120,6 +126,7 @@ cleaner_train tools \
     actor_rollout_ref.actor.use_torch_compile=False \
     actor_rollout_ref.ref.use_torch_compile=False \
     actor_rollout_ref.actor.fsdp_config.model_dtype=fp32 \
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:$DTYPE,reduce_dtype:float32,buffer_dtype:float32}" \
     reward.num_workers=1 \
     data.dataloader_num_workers=0 \
     trainer.device=cpu \
@@ -128,6 +135,7 @@ cleaner_train tools \
     trainer.log_val_generations=0 \
     "+ray_kwargs.ray_init.num_cpus=$RAY_NUM_CPUS" \
     "+ray_kwargs.ray_init._temp_dir=$RAY_TMP" \
+    +ray_kwargs.ray_init.include_dashboard=False \
     "$@" &
 TRAIN_PID=$!
 wait "$TRAIN_PID"
