@@ -35,12 +35,14 @@ from cleaner.names import AGENT_NAME
 from cleaner.saar.boundary import MARKERS_BY_FORMAT, BoundaryFinder, CallMarkers, markers_for_format
 from cleaner.saar.config import SaarConfig, SaarConfigError
 from cleaner.saar.leak import mentions_error
+from cleaner.saar.negatives import NegativeCollector, failed_attempt, success_span
 from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome
 from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
 from cleaner.saar.similarity import turn_code
 from cleaner.saar.splice import GeneratedTurn, StreamLengths, splice
 from cleaner.saar.stats import SplicedSpan, TrajectoryStats
 from cleaner.verl.bad_call_parser import BadCallAwareParser
+from cleaner.verl.tool_dpo.negative_outputs import with_negatives
 from cleaner.verl.tool_execution import (
     TOOL_HISTORY_ATTR,
     execute_call,
@@ -126,6 +128,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         self.policy = RollbackPolicy(self.saar_config, active=False, stats=self.stats)
         self._last_turn: TurnRecord | None = None
         self._agent_data: AgentData | None = None
+        self.negatives: NegativeCollector | None = None
 
     @classmethod
     def _saar_config(cls, multi_turn: Any) -> SaarConfig:
@@ -144,9 +147,10 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             finder = self._finders[key] = BoundaryFinder(self.tokenizer, markers)
         return finder
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         active = self._rollback_active(sampling_params, kwargs)
         self.policy = RollbackPolicy(self.saar_config, active, self.stats)
+        self.negatives = self._negative_collector(sampling_params, kwargs)
         if self._markers is not None and self._markers.end is not None:
             self.tool_parser = BadCallAwareParser(self.tool_parser, self._markers, surface=active)
         if not active:
@@ -162,7 +166,15 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         if self.policy.open is not None:
             self.policy.close_open("the trajectory ended")
         self._finish(output)
+        if self.negatives is not None:
+            return with_negatives(output, self.negatives, self.response_length)
         return output
+
+    def _negative_collector(self, sampling_params: dict[str, Any], kwargs: dict[str, Any]) -> NegativeCollector | None:
+        """With `save_negative_samples`, every training trajectory gets one (docs/negative-samples.md); never validation."""
+        if not self.saar_config.save_negative_samples or self._is_validation(sampling_params, kwargs):
+            return None
+        return NegativeCollector(self.saar_config.max_negative_samples_per_group)
 
     # ---- gate -------------------------------------------------------------------------------------
 
@@ -379,6 +391,11 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             content, parsed = await self._parse_turn(agent_data, result.turn_ids)
         if not _same_calls(parsed, calls):
             raise RuntimeError(f"{AGENT_NAME}: the purified turn does not parse to the calls that were executed")
+        if self.negatives is not None:  # the failed first attempt, taken from the stream before it is cut
+            # verl's num_turns counts user + assistant turns + 1; the failed turn is one more assistant turn.
+            turns = base.user_turns + base.assistant_turns + 2
+            negative = failed_attempt(*stream, lengths, failed.ids, failed.logprobs, failed_boundary, num_turns=turns)
+            self.negatives.offer(negative, success_span(result.spliced_start, result.spliced_end, mode, new_boundary))
         agent_data.prompt_ids = result.ids
         agent_data.response_mask = result.mask
         if result.logprobs is not None:
