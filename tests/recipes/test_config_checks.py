@@ -33,6 +33,7 @@ def trainer_config(saar: bool = True, **sections) -> OmegaConf:
             }
         },
         "algorithm": {
+            "adv_estimator": "grpo",
             "rollout_correction": {
                 "rollout_is": None if saar else "sequence",
                 "rollout_rs": None,
