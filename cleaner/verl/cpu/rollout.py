@@ -32,6 +32,9 @@ from . import server as server_module
 logger = logging.getLogger(__name__)
 
 ROLLOUT_NAME = "cleaner_cpu"
+# Weights travel to the server in buckets of about this size: verl's engine yields one full tensor at a time,
+# and sending them all at once would hold a second copy of the model in the trainer and in Ray's object store.
+WEIGHT_BUCKET_BYTES = 256 << 20
 
 
 def server_actor_name(replica_rank: int) -> str:
@@ -103,8 +106,23 @@ class CpuServerAdapter(BaseRollout):
             raise NotImplementedError(f"the {ROLLOUT_NAME} rollout takes full named tensors, not {wire_format!r}")
         if kwargs.get("peft_config") is not None:
             raise NotImplementedError(f"the {ROLLOUT_NAME} rollout takes merged weights: set model.lora.merge=True")
-        state = {name: tensor.detach().to("cpu", self._dtype).contiguous() for name, tensor in weights}
-        await self._server_handle().update_weights.remote(state, kwargs.get("global_steps"))
+        server = self._server_handle()
+        await server.begin_weight_update.remote()
+        try:
+            bucket: dict[str, torch.Tensor] = {}
+            bucket_bytes = 0
+            for name, tensor in weights:
+                bucket[name] = tensor.detach().to("cpu", self._dtype).contiguous()
+                bucket_bytes += bucket[name].numel() * bucket[name].element_size()
+                if bucket_bytes >= WEIGHT_BUCKET_BYTES:
+                    await server.load_weights.remote(bucket)
+                    bucket, bucket_bytes = {}, 0
+            if bucket:
+                await server.load_weights.remote(bucket)
+        except BaseException as exc:
+            await server.abort_weight_update.remote(f"{type(exc).__name__}: {exc}")
+            raise
+        await server.finish_weight_update.remote(kwargs.get("global_steps"))
 
     async def resume(self, tags: list[str]) -> None:
         return None

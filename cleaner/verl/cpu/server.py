@@ -3,8 +3,9 @@
 verl's agent loops call `await server.generate.remote(request_id=, prompt_ids=, sampling_params=, ...)`
 concurrently (one call per turn of every trajectory). Calls that arrive while a batch is running wait and
 go into the next batch together (`generation.generate_batch`), so concurrent trajectories share forward
-passes. `update_weights` replaces the weights between batches: the trainer pushes the actor's weights
-through verl's weight-sync path after every step, so every batch samples from the current policy.
+passes. A weight sync (`begin_weight_update`, `load_weights` per bucket, `finish_weight_update`) replaces the
+weights between batches: the trainer pushes the actor's weights through verl's weight-sync path after every
+step, so every batch samples from the current policy.
 
 The sleep/wake/KV-cache calls of verl's replica protocol have no CPU meaning (no device memory to free)
 and return at once.
@@ -100,6 +101,8 @@ class CpuGenerationServer:
         self.weights_step: int | None = None
         self._pending: list[tuple[SamplingRequest, asyncio.Future]] = []
         self._model_lock = asyncio.Lock()
+        self._syncing = False
+        self._broken: str | None = None
         self._batch_task: asyncio.Task | None = None
         self._rng = torch.Generator().manual_seed(int(getattr(config, "seed", 0)) + replica_rank)
         self._eos_ids: set[int] = set()
@@ -139,6 +142,8 @@ class CpuGenerationServer:
         mm_processor_kwargs: Any = None,
         **_routing: Any,
     ) -> TokenOutput:
+        if self._broken:
+            raise RuntimeError(self._broken)
         if image_data or video_data or audio_data:
             raise ValueError("the CPU rollout is text-only: image, video and audio inputs are not supported")
         request = sampling_request(
@@ -183,18 +188,52 @@ class CpuGenerationServer:
                 self.stats["generated_tokens"] += len(result.token_ids)
                 future.set_result(result)
 
-    async def update_weights(self, weights: dict[str, torch.Tensor], global_steps: int | None) -> None:
-        """Copy the actor's weights into the model (after any running batch); names are HF parameter names."""
-        async with self._model_lock:
-            state = self.model.state_dict()
-            unknown = sorted(set(weights) - set(state))
-            if unknown:
-                raise KeyError(f"CPU rollout: the actor sent weights the rollout model does not have: {unknown[:5]}")
-            with torch.no_grad():
-                for name, tensor in weights.items():
-                    state[name].copy_(tensor)
-            self.weights_step = global_steps
-            self.stats["weight_syncs"] += 1
+    async def begin_weight_update(self) -> None:
+        """Start a weight sync: waits for the running batch, then holds generation until `finish_weight_update`.
+
+        The weights arrive in several `load_weights` calls (buckets, so that the actor never holds a second full
+        copy of the model); no batch may sample from a half-updated model in between."""
+        await self._model_lock.acquire()
+        self._syncing = True
+
+    async def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Copy one bucket of the actor's weights (HF parameter names) into the model."""
+        self._require_syncing()
+        try:
+            self._copy_weights(weights)
+        except BaseException as exc:
+            await self.abort_weight_update(f"{type(exc).__name__}: {exc}")
+            raise
+
+    async def finish_weight_update(self, global_steps: int | None) -> None:
+        """End a weight sync: outputs from now on are stamped with `global_steps`, generation resumes."""
+        self._require_syncing()
+        self.weights_step = global_steps
+        self.stats["weight_syncs"] += 1
+        self._end_sync()
+
+    async def abort_weight_update(self, reason: str) -> None:
+        """A sync that failed halfway leaves a model that is neither policy: refuse to sample from it."""
+        self._broken = f"CPU rollout: a weight sync failed halfway ({reason}); the rollout model is unusable"
+        if self._syncing:
+            self._end_sync()
+
+    def _copy_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        state = self.model.state_dict()
+        unknown = sorted(set(weights) - set(state))
+        if unknown:
+            raise KeyError(f"CPU rollout: the actor sent weights the rollout model does not have: {unknown[:5]}")
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                state[name].copy_(tensor)
+
+    def _require_syncing(self) -> None:
+        if not self._syncing:
+            raise RuntimeError("CPU rollout: weights sent outside begin_weight_update/finish_weight_update")
+
+    def _end_sync(self) -> None:
+        self._syncing = False
+        self._model_lock.release()
 
     async def get_stats(self) -> dict[str, Any]:
         return {**self.stats, "weights_step": self.weights_step}

@@ -108,10 +108,8 @@ class ScriptedGenerationServer(cpu_server.CpuGenerationServer):
             extra_fields={"global_steps": self.weights_step},
         )
 
-    async def update_weights(self, weights: dict, global_steps: int | None) -> None:
-        self.received = {name: tuple(tensor.shape) for name, tensor in weights.items()}
-        self.weights_step = global_steps
-        self.stats["weight_syncs"] += 1
+    def _copy_weights(self, weights: dict) -> None:
+        self.received.update({name: tuple(tensor.shape) for name, tensor in weights.items()})
 
     async def get_stats(self) -> dict[str, Any]:
         return {**self.stats, "weights_step": self.weights_step, "received_tensors": len(self.received)}

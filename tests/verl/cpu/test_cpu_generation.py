@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cleaner.verl.cpu.generation import FINISH_LENGTH, FINISH_STOP, SamplingRequest, generate_batch
+from cleaner.verl.cpu.rollout import CpuServerAdapter
 from cleaner.verl.cpu.server import CpuGenerationServer, rollout_dtype, sampling_request
 
 
@@ -109,11 +110,57 @@ async def test_server_batches_concurrent_requests_and_serves_synced_weights(tiny
     assert all(len(out.token_ids) == len(out.log_probs) <= 6 for out in outputs)
     assert len({tuple(out.token_ids) for out in outputs}) == 1
 
-    # A weight sync: an all-zero lm_head makes every token equally likely; greedy then takes token 0 at once.
+    # A weight sync through the trainer-side adapter, in buckets: an all-zero lm_head makes every token equally
+    # likely, so greedy decoding then takes token 0 at once.
+    adapter = CpuServerAdapter(_Config(), _ModelConfig(tiny_model_dir, tokenizer), None, replica_rank=0)
+    adapter._server = _LocalHandle(server)
+    monkeypatch.setattr("cleaner.verl.cpu.rollout.WEIGHT_BUCKET_BYTES", 1)  # one bucket per tensor
     zeros = torch.zeros_like(server.model.lm_head.weight)
-    await server.update_weights({"lm_head.weight": zeros}, 3)
+    embed = server.model.model.embed_tokens.weight.detach().clone()
+    await adapter.update_weights(iter([("model.embed_tokens.weight", embed), ("lm_head.weight", zeros)]), global_steps=3)
+    assert adapter._server.calls == ["begin_weight_update", "load_weights", "load_weights", "finish_weight_update"]
     after = await server.generate(prompt, dict(params), request_id="after")
     assert set(after.token_ids) == {0} and after.extra_fields["global_steps"] == 3
     assert after.log_probs[0] == pytest.approx(-math.log(zeros.shape[0]), abs=1e-4)
+
+
+async def test_generation_waits_for_a_weight_sync_and_a_failed_sync_stops_the_server(tiny_model_dir, tokenizer, monkeypatch):
+    server = CpuGenerationServer(_Config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
+    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
+    await server.launch()
+    prompt = _prompt(tokenizer, "hello")
+    params = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+    await server.begin_weight_update()
+    waiting = asyncio.create_task(server.generate(prompt, dict(params), request_id="during-sync"))
+    await server.load_weights({"lm_head.weight": torch.zeros_like(server.model.lm_head.weight)})
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # nothing samples from a half-synced model
+    await server.finish_weight_update(7)
+    assert (await waiting).extra_fields["global_steps"] == 7
+
+    adapter = CpuServerAdapter(_Config(), _ModelConfig(tiny_model_dir, tokenizer), None, replica_rank=0)
+    adapter._server = _LocalHandle(server)
     with pytest.raises(KeyError, match="does not have"):
-        await server.update_weights({"not.a.weight": torch.zeros(1)}, 4)
+        await adapter.update_weights(iter([("not.a.weight", torch.zeros(1))]), global_steps=8)
+    with pytest.raises(RuntimeError, match="weight sync failed halfway"):
+        await server.generate(prompt, dict(params), request_id="after-failed-sync")
+
+
+class _LocalHandle:
+    """Stands in for the server's Ray actor handle: `handle.method.remote(...)` awaits the real server method."""
+
+    def __init__(self, server: CpuGenerationServer) -> None:
+        self._server = server
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):
+        method = getattr(self._server, name)
+        calls = self.calls
+
+        class _Method:
+            @staticmethod
+            def remote(*args, **kwargs):
+                calls.append(name)
+                return method(*args, **kwargs)
+
+        return _Method
