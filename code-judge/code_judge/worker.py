@@ -26,6 +26,7 @@ import redis
 from code_judge.execution import ExecutionResult, Limits
 from code_judge.process import die_with_parent
 from code_judge.queue import QueueKeys, ReapPolicy, WorkerQueue, connect_sync, new_worker_id, reap_sync
+from code_judge.sandbox.errors import SandboxUnavailable
 from code_judge.settings import JudgeSettings
 from code_judge.verdict import INTERNAL_ERROR, JobSpec, execution_verdict, service_verdict
 
@@ -86,7 +87,7 @@ class Slot:
         try:
             result = self._sandbox.run(job["code"], job["stdin"], self._limits, on_long=self._leave_short_slot)
         except Exception as exc:
-            if _cannot_start_sandboxes(exc):
+            if isinstance(exc, SandboxUnavailable):
                 raise  # no zygote can start: the worker stops and its group restarts it (see _serve_slot)
             # This run's zygote failed (the sandbox already dropped it): answer the client.
             logger.exception("sandbox failed on job %s", job["id"])
@@ -118,7 +119,11 @@ class Slot:
                 stop.wait(delay)
         # A job leased but not run stays leased: the worker gives all of them back once every slot has stopped.
         if delivery is not None:
-            self._deliver(delivery, take_next=False)
+            try:
+                self._deliver(delivery, take_next=False)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                # Still leased, so it is given back and run again: the verdict is computed twice, none is lost.
+                logger.warning("could not deliver a verdict at shutdown: %s", exc)
         self._leave_short_slot()
 
     def _deliver(self, delivery: _Delivery, take_next: bool) -> bytes | None:
@@ -133,12 +138,6 @@ class Slot:
         if self._holds_short_slot:
             self._holds_short_slot = False
             self._short_slots.release()
-
-
-def _cannot_start_sandboxes(exc: Exception) -> bool:
-    from code_judge.sandbox import SandboxUnavailable  # not at import time: workers with a fake sandbox skip it
-
-    return isinstance(exc, SandboxUnavailable)
 
 
 def _heartbeat_loop(queue: WorkerQueue, interval_s: float, stop: threading.Event) -> None:
