@@ -57,6 +57,9 @@ export CLEANER_ROOT
 : "${ROLLBACK_IN_VALIDATION:=$ENABLE_TOOL_ROLLBACK}"
 : "${ROLLBACK_ON_ERRORS:=}" # e.g. "[exception,syntax_error]"; empty keeps every model-error category
 : "${ROLLBACK_SEED:=0}"
+# A trajectory the judge failed on (outage, queue timeout) says nothing about the model: mask it out of the loss.
+# On in every tool recipe, baselines included, so CLEANER and its baseline train on the same trajectories.
+: "${DROP_INFRA_ERROR_TRAJECTORIES:=True}"
 
 # Log-prob handling differs between CLEANER (recomputed on the purified sequence) and the baselines
 # (rollout log-probs + sequence-level importance sampling). SAAR splices tokens sampled in another context, so
@@ -200,6 +203,7 @@ cleaner_overrides() {
                 "+actor_rollout_ref.rollout.multi_turn.rollback_similarity=$ROLLBACK_SIMILARITY"
                 "+actor_rollout_ref.rollout.multi_turn.rollback_in_validation=$ROLLBACK_IN_VALIDATION"
                 "+actor_rollout_ref.rollout.multi_turn.rollback_seed=$ROLLBACK_SEED"
+                "+actor_rollout_ref.rollout.multi_turn.drop_infra_error_trajectories=$DROP_INFRA_ERROR_TRAJECTORIES"
             )
             if [[ -n "$ROLLBACK_ON_ERRORS" ]]; then
                 CLEANER_OVERRIDES+=("+actor_rollout_ref.rollout.multi_turn.rollback_on_errors=$ROLLBACK_ON_ERRORS")

@@ -175,6 +175,7 @@ def test_cleaner_4b(dry_runs):
     config = composed(dry_runs["qwen3_4b_cleaner"])
     rollout, actor = config["actor_rollout_ref"]["rollout"], config["actor_rollout_ref"]["actor"]
     assert rollout["multi_turn"]["enable_tool_rollback"] is True
+    assert rollout["multi_turn"]["drop_infra_error_trajectories"] is True
     assert rollout["multi_turn"]["_target_"] == "cleaner.plugin.SaarMultiTurnConfig"
     assert (rollout["multi_turn"]["max_tool_retries"], rollout["multi_turn"]["rollback_probability"]) == (3, 1.0)
     assert rollout["multi_turn"]["tool_config_path"] == str(RECIPES / "config" / "python_tool.yaml")
@@ -203,6 +204,7 @@ def test_tool_baselines_turn_saar_off(dry_runs, name):
     config = composed(dry_runs[name])
     rollout = config["actor_rollout_ref"]["rollout"]
     assert rollout["multi_turn"]["enable"] is True and rollout["multi_turn"]["enable_tool_rollback"] is False
+    assert rollout["multi_turn"]["drop_infra_error_trajectories"] is True  # the same trajectories as CLEANER
     assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (
         True,
         "sequence",
