@@ -38,7 +38,7 @@ def trainer_config(saar: bool = True, **sections) -> OmegaConf:
                 "rollout_is": None if saar else "sequence",
                 "rollout_rs": None,
                 "bypass_mode": False,
-            }
+            },
         },
         "trainer": {"val_only": False},
         "data": {"train_files": [], "val_files": []},
