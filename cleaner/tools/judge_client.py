@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from cleaner.saar.outcome import ErrorCategory, ToolOutcome
+from cleaner.saar.outcome import JUDGE_INFRA_REASONS, ErrorCategory, ToolOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -27,9 +27,13 @@ RUN_BATCH_PATH = "/run/long-batch"
 REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
 _JUDGE_DEADLINE_SHARE = 0.9
 
-# Judge `reason` values that mean the service, not the program, failed.
-_RETRIED_REASONS = {"queue_timeout": ErrorCategory.QUEUE_TIMEOUT, "internal_error": ErrorCategory.JUDGE_INTERNAL_ERROR}
-_FATAL_REASONS = {"invalid_input": ErrorCategory.JUDGE_INTERNAL_ERROR}
+# Judge `reason` values that mean the service, not the program, failed (cleaner.saar.outcome names their
+# categories). A starved program (wall cap hit with CPU budget left on an overloaded judge) is re-run like a
+# queue timeout: its verdict says nothing about the code.
+_RETRIED_REASONS = {
+    reason: JUDGE_INFRA_REASONS[reason] for reason in ("queue_timeout", "internal_error", "worker_starved")
+}
+_FATAL_REASONS = {"invalid_input": JUDGE_INFRA_REASONS["invalid_input"]}
 
 
 @dataclass(frozen=True)

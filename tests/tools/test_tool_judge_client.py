@@ -57,13 +57,14 @@ async def test_5xx_is_retried_then_succeeds(fake_judge):
     assert client.stats.retries == 2
 
 
-async def test_only_queue_timeout_items_are_resent(fake_judge):
+@pytest.mark.parametrize("reason", ["queue_timeout", "worker_starved"])
+async def test_only_items_the_judge_could_not_run_are_resent(fake_judge, reason):
     def first(body):
         items = body["submissions"]
         return 200, {
             "results": [
                 echo_result(items[0]),
-                echo_result(items[1], success=False, run_success=False, reason="queue_timeout", stdout=None),
+                echo_result(items[1], success=False, run_success=False, reason=reason, stdout=None),
             ]
         }
 
@@ -108,12 +109,14 @@ async def test_model_failures_are_not_retried(fake_judge):
     assert len(fake_judge.requests) == 1
 
 
-async def test_persistent_internal_error_becomes_infra_outcome(fake_judge):
+@pytest.mark.parametrize(
+    ("reason", "category"),
+    [("internal_error", ErrorCategory.JUDGE_INTERNAL_ERROR), ("worker_starved", ErrorCategory.WORKER_STARVED)],
+)
+async def test_persistent_service_failure_becomes_infra_outcome(fake_judge, reason, category):
     def broken(body):
         return 200, {
-            "results": [
-                echo_result(i, success=False, run_success=False, reason="internal_error") for i in body["submissions"]
-            ]
+            "results": [echo_result(i, success=False, run_success=False, reason=reason) for i in body["submissions"]]
         }
 
     fake_judge.responders = [broken] * 10
@@ -122,7 +125,7 @@ async def test_persistent_internal_error_becomes_infra_outcome(fake_judge):
         await client.run(JudgeSubmission(code="x"))
     await client.aclose()
     assert info.value.outcome.kind is OutcomeKind.INFRA_ERROR
-    assert info.value.outcome.category is ErrorCategory.JUDGE_INTERNAL_ERROR
+    assert info.value.outcome.category is category
     assert len(fake_judge.requests) == 3
 
 
