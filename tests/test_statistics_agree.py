@@ -25,6 +25,8 @@ from cleaner.trajectory.store import read_records
 from cleaner.verl.saar_metrics import aggregate_saar_metrics, rows_from_columns
 from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool, tool_call_text
 
+pytestmark = pytest.mark.slow  # runs the real agent loop through the rollout driver: seconds
+
 ANSWER = "<think>\nDone.\n</think>\n\nThe answer is \\boxed{42}."
 OK = "print(42)"
 NAME_ERROR = "print(x)\n# outcome: exception NameError"

@@ -28,6 +28,8 @@ from cleaner.verl.saar_metrics import aggregate_saar_metrics, rows_from_columns
 from cleaner.verl.trainer_config import compose_trainer_config
 from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool, tool_call_text
 
+pytestmark = pytest.mark.slow  # builds verl's agent-loop workers and trainer config: seconds per module
+
 MAX_TOOL_RETRIES = 2
 
 ANSWER = "<think>\nDone.\n</think>\n\nThe answer is \\boxed{55}."

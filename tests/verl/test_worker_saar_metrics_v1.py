@@ -26,7 +26,8 @@ from cleaner.verl import trainer_metrics
 from cleaner.verl.agent_loop_manager import CleanerAgentLoopWorkerTQ
 from support.scripted_llm import ScriptedLLMServer
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# verl agent-loop workers and the trainer's metric code, seconds per module
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 
 
 class InMemoryTransferQueue:
