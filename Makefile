@@ -69,9 +69,11 @@ clean:
 # verl's own trainer on CPU (docs/train-cpu.md): judge + GRPO with SAAR on the bundled problems, the demo's
 # Qwen2.5-Coder-0.5B converted to a transformers model (cached), 2 steps + validation + a checkpoint, then a
 # resume from that checkpoint for a 3rd step. Everything goes to train-cpu-output/; all it starts is stopped.
+# LoRA rank 16 (docs/train-cpu.md: full fine-tuning of the 0.5B model needs about 20 GB).
+TRAIN_CPU_ENV ?= LORA_RANK=16 ACTOR_LR=1e-5
 .PHONY: train-cpu
 train-cpu: setup
 	@model="$$($(PY) -m cleaner.models convert)" && \
-	MODEL_PATH="$$model" recipe/cleaner/cpu_smoke.sh $(TRAIN_CPU_ARGS) && \
-	MODEL_PATH="$$model" TOTAL_TRAINING_STEPS=3 VERL_FILE_LOGGER_PATH=$(CURDIR)/train-cpu-output/metrics-resume.jsonl \
-		recipe/cleaner/cpu_smoke.sh trainer.resume_mode=auto trainer.val_before_train=False $(TRAIN_CPU_ARGS)
+	env $(TRAIN_CPU_ENV) MODEL_PATH="$$model" recipe/cleaner/cpu_smoke.sh $(TRAIN_CPU_ARGS) && \
+	env $(TRAIN_CPU_ENV) MODEL_PATH="$$model" RESUME_MODE=auto TOTAL_TRAINING_STEPS=3 SAVE_FREQ=-1 TEST_FREQ=-1 \
+		VERL_FILE_LOGGER_PATH=$(CURDIR)/train-cpu-output/metrics-resume.jsonl recipe/cleaner/cpu_smoke.sh $(TRAIN_CPU_ARGS)

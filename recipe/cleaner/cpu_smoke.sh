@@ -3,8 +3,8 @@
 # bundled demo problems, the `cpu` platform and the `cleaner_cpu` rollout backend (docs/train-cpu.md).
 # It starts a code-judge on a free port (unless JUDGE_URL is set), writes the train/val parquet files, runs
 # 2 training steps with a validation pass and a checkpoint after step 2, and stops what it started.
-# Everything goes to $OUTPUT_DIR (default train-cpu-output/). Extra arguments are Hydra overrides
-# (e.g. trainer.resume_mode=auto trainer.total_training_steps=3 to resume for one more step).
+# Everything goes to $OUTPUT_DIR (default train-cpu-output/). Extra arguments are Hydra overrides.
+# Resume for one more step: RESUME_MODE=auto TOTAL_TRAINING_STEPS=3 SAVE_FREQ=-1 TEST_FREQ=-1 cpu_smoke.sh
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -21,8 +21,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${ROLLOUT_N:=4}"
 : "${PPO_MINI_BATCH_SIZE:=2}"
 : "${MAX_PROMPT_LENGTH:=512}"
-: "${MAX_RESPONSE_LENGTH:=768}"
-: "${MAX_NEW_TOKENS:=192}"
+: "${MAX_RESPONSE_LENGTH:=512}"
+: "${MAX_NEW_TOKENS:=128}" # per turn: one code block or a short answer
 : "${MAX_TURNS:=3}"
 : "${TOOL_FORMAT:=cleaner_lenient}"
 : "${ACTOR_LR:=1e-6}"
@@ -33,12 +33,18 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${OVERLONG_BUFFER_LEN:=128}"
 : "${VAL_N:=1}"
 : "${VAL_COUNT:=2}"
+: "${VAL_BEFORE_TRAIN:=False}"
 : "${SAVE_FREQ:=$TOTAL_TRAINING_STEPS}"
 : "${TEST_FREQ:=$TOTAL_TRAINING_STEPS}"
 : "${N_GPUS_PER_NODE:=1}"
 : "${OFFLOAD:=False}"
 : "${DTYPE:=float32}"
+# LoRA (verl's own, on all linear layers) instead of full fine-tuning when > 0: make train-cpu uses it for the 0.5B
+# model, whose full fine-tuning state (weights, gradients, Adam) would not fit next to the rollout in 24 GB.
+: "${LORA_RANK:=0}"
+: "${LORA_ALPHA:=32}"
 : "${LOGGER:=[console,file]}"
+: "${RESUME_MODE:=disable}" # a fresh run; `auto` resumes from the last checkpoint in $OUTPUT_DIR/checkpoints
 JUDGE_URL_GIVEN="${JUDGE_URL:-}"
 # shellcheck source=recipe/cleaner/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -123,6 +129,9 @@ cleaner_train tools \
     "+actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu.max_new_tokens=$MAX_NEW_TOKENS" \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     actor_rollout_ref.model.enable_gradient_checkpointing=False \
+    "actor_rollout_ref.model.lora_rank=$LORA_RANK" \
+    "actor_rollout_ref.model.lora_alpha=$LORA_ALPHA" \
+    actor_rollout_ref.model.lora.merge=True \
     actor_rollout_ref.actor.use_torch_compile=False \
     actor_rollout_ref.ref.use_torch_compile=False \
     actor_rollout_ref.actor.fsdp_config.model_dtype=fp32 \
@@ -132,6 +141,8 @@ cleaner_train tools \
     trainer.device=cpu \
     "trainer.use_v1=$TRAINER_USE_V1" \
     "trainer.total_training_steps=$TOTAL_TRAINING_STEPS" \
+    "trainer.val_before_train=$VAL_BEFORE_TRAIN" \
+    "trainer.resume_mode=$RESUME_MODE" \
     trainer.log_val_generations=0 \
     "+ray_kwargs.ray_init.num_cpus=$RAY_NUM_CPUS" \
     "+ray_kwargs.ray_init._temp_dir=$RAY_TMP" \
