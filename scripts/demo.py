@@ -43,13 +43,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--problems", type=Path, default=resource_path(DEMO_PROBLEMS), help="parquet or JSONL")
     parser.add_argument("--out-dir", type=Path, default=Path("demo-output"))
     parser.add_argument("--limit", type=int, help="only the first N problems")
+    parser.add_argument("--problem-ids", help="only these problems (comma-separated ids, e.g. math-06,math-07)")
     parser.add_argument("-n", "--n-samples", type=int, default=1, help="trajectories per problem and mode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads per server (1 under load)")
     parser.add_argument("--max-new-tokens", type=int, default=384)
-    parser.add_argument("--response-length", type=int, default=1024)
-    parser.add_argument("--max-assistant-turns", type=int, default=4)
+    parser.add_argument("--response-length", type=int, default=1536)
+    # 5: a call that fails in the first turn gets all K = 3 resamples and still leaves a turn to answer
+    # (resamples count toward the limit while they are in the context, docs/saar.md).
+    parser.add_argument("--max-assistant-turns", type=int, default=5)
+    parser.add_argument("--trajectory-timeout", type=float, default=1800.0, help="seconds per trajectory")
     parser.add_argument("--tool-format", default="cleaner_lenient")
     parser.add_argument(
         "--chat-template",
@@ -78,6 +82,10 @@ class Layout:
         return self.root / f"llama-server-saar-{mode_name(saar)}.log"
 
     @property
+    def problems(self) -> Path:
+        return self.root / "problems.jsonl"
+
+    @property
     def judge_log(self) -> Path:
         return self.root / "judge.log"
 
@@ -94,6 +102,24 @@ class Layout:
         if not resume:
             for saar in MODES:
                 self.rollout(saar).unlink(missing_ok=True)
+
+
+def select_problems(args: argparse.Namespace, layout: Layout) -> tuple[Path, int]:
+    """The problem file both passes read (`--problem-ids` writes the chosen rows to the output dir) and its size."""
+    from cleaner.data.records import read_rows, write_jsonl
+    from cleaner.rollout.problems import load_problems
+
+    source = args.problems
+    if args.problem_ids:
+        wanted = args.problem_ids.split(",")
+        known = {problem.problem_id: index for index, problem in enumerate(load_problems(source))}
+        unknown = [problem_id for problem_id in wanted if problem_id not in known]
+        if unknown:
+            raise SystemExit(f"--problem-ids: {unknown} not in {source} (ids: {sorted(known)})")
+        rows = read_rows(source)
+        write_jsonl([rows[known[problem_id]] for problem_id in wanted], layout.problems)
+        source = layout.problems
+    return source, len(load_problems(source, args.limit))
 
 
 def resolve_model(args: argparse.Namespace) -> Path:
@@ -134,16 +160,19 @@ def running_services(args: argparse.Namespace, model: Path, layout: Layout) -> I
         yield Services(judge_url, llama)
 
 
-def rollout_argv(args: argparse.Namespace, model: Path, services: Services, layout: Layout, saar: bool) -> list[str]:
+def rollout_argv(
+    args: argparse.Namespace, problems: Path, model: Path, services: Services, layout: Layout, saar: bool
+) -> list[str]:
     """The `cleaner rollout` command line of one pass (what follows `cleaner`)."""
     argv = [
-        "rollout", "--data", str(args.problems), "--output", str(layout.rollout(saar)),
+        "rollout", "--data", str(problems), "--output", str(layout.rollout(saar)),
         "--backend", "llamacpp", "--server-url", services.llama[saar].url, "--gguf", str(model),
         "--chat-template", str(args.chat_template), "--judge-url", services.judge_url, "--saar", mode_name(saar),
         "-n", str(args.n_samples), "--concurrency", "1", "--seed", str(args.seed),
         "--temperature", str(args.temperature), "--prompt-length", str(PROMPT_LENGTH),
         "--response-length", str(args.response_length), "--max-new-tokens", str(args.max_new_tokens),
-        "--max-assistant-turns", str(args.max_assistant_turns), "--tool-format", args.tool_format, "--no-progress",
+        "--max-assistant-turns", str(args.max_assistant_turns), "--tool-format", args.tool_format,
+        "--trajectory-timeout", str(args.trajectory_timeout), "--no-progress",
     ]  # fmt: skip
     if args.limit is not None:
         argv += ["--limit", str(args.limit)]
@@ -167,9 +196,7 @@ def line_count(path: Path) -> int:
         return sum(1 for _ in handle)
 
 
-def run_passes(
-    args: argparse.Namespace, model: Path, services: Services, layout: Layout, total: int
-) -> list[PassResult]:
+def run_passes(argvs: dict[bool, list[str]], services: Services, layout: Layout, total: int) -> list[PassResult]:
     """Both `cleaner rollout` passes as subprocesses in parallel, with a progress line; reaped on any exit."""
     from rich.progress import Progress
 
@@ -179,7 +206,7 @@ def run_passes(
             cpu_before[saar] = services.llama[saar].cpu_seconds()
             started[saar] = time.perf_counter()
             with open(layout.rollout_log(saar), "wb") as log:
-                command = [sys.executable, "-m", "cleaner.cli", *rollout_argv(args, model, services, layout, saar)]
+                command = [sys.executable, "-m", "cleaner.cli", *argvs[saar]]
                 processes[saar] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         with Progress() as progress:
             tasks = {saar: progress.add_task(f"SAAR {mode_name(saar)}", total=total) for saar in MODES}
@@ -298,17 +325,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the health polls of the services
     from cleaner.cli import main as cleaner_main
-    from cleaner.rollout.problems import load_problems
 
     layout = Layout(args.out_dir)
     layout.prepare(args.resume)
     model = resolve_model(args)
-    total = len(load_problems(args.problems, args.limit)) * args.n_samples
+    problems, count = select_problems(args, layout)
+    total = count * args.n_samples
     with sigterm_as_interrupt():
         start = time.perf_counter()
         with running_services(args, model, layout) as services:
             logger.info("judge %s, model %s, %d trajectories per mode", services.judge_url, model.name, total)
-            results = run_passes(args, model, services, layout, total)
+            argvs = {saar: rollout_argv(args, problems, model, services, layout, saar) for saar in MODES}
+            results = run_passes(argvs, services, layout, total)
         for result in results:
             if result.exit_code != 0:
                 logger.error("SAAR-%s pass exited with %d: see %s", mode_name(result.saar), result.exit_code,

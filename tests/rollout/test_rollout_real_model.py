@@ -20,7 +20,8 @@ from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
 from cleaner.trajectory.store import read_records
 from code_judge.local import free_port
 
-pytestmark = pytest.mark.real_model
+# Two rollout passes in one fixture: about a minute on an idle 2-core machine, much more on a loaded one.
+pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 
 # The 0.5B model never writes <tool_call> tags: the lenient parser reads its fences and python blocks.
 TOOL_FORMAT = "cleaner_lenient"
