@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import signal
 import subprocess
 import sys
@@ -206,6 +207,8 @@ def run_passes(argvs: dict[bool, list[str]], services: Services, layout: Layout,
             cpu_before[saar] = services.llama[saar].cpu_seconds()
             started[saar] = time.perf_counter()
             with open(layout.rollout_log(saar), "wb") as log:
+                log.write(f"$ cleaner {shlex.join(argvs[saar])}\n".encode())
+                log.flush()
                 command = [sys.executable, "-m", "cleaner.cli", *argvs[saar]]
                 processes[saar] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         with Progress() as progress:
