@@ -104,6 +104,11 @@ class SaarSummary:
         return _ratio(self.totals["first_attempt_successes"], self.totals["first_attempt_calls"])
 
     @property
+    def infra_dropped_trajectories(self) -> int:
+        """Trajectories whose loss mask `drop_infra_error_trajectories` zeroed (they add no gradient)."""
+        return self.totals["infra_dropped"]
+
+    @property
     def enabled_fraction(self) -> float:
         return self.totals["rollback_enabled"] / self.trajectories
 

@@ -47,6 +47,7 @@ def _rollback_metrics(summary: SaarSummary) -> dict[str, float | None]:
         "deep_mentions_error": summary.total("deep_mentions_error"),
         "infra_errors": summary.total("infra_errors"),
         "infra_error_trajectories": summary.infra_error_trajectories,
+        "infra_dropped_trajectories": summary.infra_dropped_trajectories,
         "trajectories_with_rollback": summary.trajectories_with_rollback,
         "recovery_rate": summary.recovery_rate,
         "rollback_rate": summary.rollback_rate,

@@ -34,7 +34,8 @@ def recovered_shallow_trajectory() -> dict:
 
 
 def failed_trajectory() -> dict:
-    """One position failed three times (syntax error then two timeouts); an infra error happened elsewhere."""
+    """One position failed three times (syntax error then two timeouts); an infra error happened elsewhere
+    and drop_infra_error_trajectories zeroed its loss mask."""
     stats = TrajectoryStats(
         rollback_enabled=1,
         tool_calls=5,
@@ -46,6 +47,7 @@ def failed_trajectory() -> dict:
         resampled_tokens=90,
         response_tokens=300,
         infra_errors=1,
+        infra_dropped=1,
     )
     stats.count_failure(ErrorCategory.SYNTAX_ERROR)
     stats.count_failure(ErrorCategory.TIMEOUT)
@@ -100,6 +102,7 @@ def test_sums_and_ratios_over_a_step():
     assert metrics["rollback/deep_mentions_error"] == 1
     assert metrics["rollback/infra_errors"] == 1
     assert metrics["rollback/infra_error_trajectories"] == 1
+    assert metrics["rollback/infra_dropped_trajectories"] == 1
     assert metrics["rollback/trajectories_with_rollback"] == 3
     assert metrics["tool_calls/total"] == 11
     assert metrics["tool_calls/per_trajectory"] == 2.75
@@ -115,6 +118,7 @@ def test_sums_and_ratios_over_a_step():
 def test_rates_with_zero_denominator_are_left_out_not_zero():
     metrics = aggregate_saar_metrics([TrajectoryStats().to_extra_fields()])
     assert metrics["rollback/triggered"] == 0
+    assert metrics["rollback/infra_dropped_trajectories"] == 0
     assert metrics["tool_calls/total"] == 0
     for undefined in ("rollback/recovery_rate", "rollback/deep_fraction", "tool_calls/first_attempt_success_rate"):
         assert undefined not in metrics
