@@ -21,8 +21,12 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# The scripted LLM server and tool are test support (tests/support), not part of the package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The scripted LLM server and tool are test support, not part of the package: import them as the tests do
+# (`support.scripted_llm`, with tests/ on the path). `tests.support` would not work: verl's wheel installs a
+# top-level `tests` package in site-packages, which shadows the repository's tests/ namespace directory.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from cleaner.rollout.qwen3_tokenizer import load_qwen3_tokenizer  # noqa: E402
 from cleaner.saar.boundary import BoundaryFinder, CallMarkers, markers_for_format  # noqa: E402
@@ -98,7 +102,7 @@ def think(n_words: int, tag: str) -> str:
 
 
 def scripted_generations() -> list[str]:
-    from tests.support.scripted_llm import tool_call_text
+    from support.scripted_llm import tool_call_text
 
     return [
         think(150, "plan") + tool_call_text("values = [3, 5, 7]\nprint(sum(valus))\n# outcome: exception NameError"),
@@ -111,7 +115,7 @@ def scripted_generations() -> list[str]:
 
 async def run_trajectories(tokenizer, loop_cls, enable: bool, count: int) -> float:
     """Process CPU seconds per trajectory for `count` sequential trajectories."""
-    from tests.support.scripted_llm import (
+    from support.scripted_llm import (
         ScriptedLLMServer,
         agent_loop_config,
         build_agent_loop,
