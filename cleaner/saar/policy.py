@@ -1,7 +1,7 @@
 """The per-trajectory SAAR state machine: what to do after each tool round and each resample.
 
 The agent loop reports events (a tool round's outcomes, a resample that came back unusable) and gets an
-`Action` back; it owns the tokens, the policy owns the decisions and the statistics. Checkpoints and
+`Action` back; it owns the tokens, the policy owns the decisions and the statistics. Stream positions and
 turns are opaque to the policy.
 
 At most one failing position is open at a time. A position opens when a first-attempt round fails with
@@ -55,12 +55,12 @@ def draw_gate(seed: int, sample_key: str, probability: float) -> bool:
 
 @dataclass
 class OpenPosition:
-    checkpoint: Any  # the loop's snapshot of the state just before the failed turn
+    stream_position: Any  # the loop's stream position just before the failed turn
     failed_turn: Any  # the failed assistant turn, for a shallow splice
     event: RollbackEvent  # its position and failed code, plus what the retries did
     error_texts: list[str] = field(default_factory=list)
     exception_types: list[str | None] = field(default_factory=list)
-    last_round: Any = None  # the loop's snapshot just before the last executed attempt (the one `last` keeps)
+    last_round: Any = None  # the loop's stream position just before the last executed attempt (the one `last` keeps)
     last_round_errors: int = 0  # model-error calls of that attempt
     ended_on_error: bool = False  # given up right after a failed round (budget spent or no retry executable)
 
@@ -99,14 +99,14 @@ class RollbackPolicy:
         position: int,
         code: str,
         feedback: str,
-        checkpoint: Any = None,
+        stream_position: Any = None,
         failed_turn: Any = None,
         can_retry: bool = True,
     ) -> Action:
         """Account for one executed tool round and decide what happens next.
 
         `position` is the index of the assistant turn that made the calls, `code` their code, `feedback`
-        the error text the model is shown (failed calls only); `checkpoint`/`failed_turn` are kept if a
+        the error text the model is shown (failed calls only); `stream_position`/`failed_turn` are kept if a
         position opens. `can_retry` is False when a retry after this round could not be executed (a turn
         limit would stop it before its calls run): then no retry is generated.
         """
@@ -127,14 +127,14 @@ class RollbackPolicy:
                 model_errors=len(failed),
             )
             self.open = OpenPosition(
-                checkpoint, failed_turn, event, [feedback], [first.exception_type], checkpoint, len(failed)
+                stream_position, failed_turn, event, [feedback], [first.exception_type], stream_position, len(failed)
             )
             self.stats.rollbacks_triggered += 1
             return Action.RETRY
         if not failed and not infra:
             return Action.PURIFY
         self.open.event.model_errors += len(failed)
-        self.open.last_round, self.open.last_round_errors = checkpoint, len(failed)
+        self.open.last_round, self.open.last_round_errors = stream_position, len(failed)
         if infra:
             return self._give_up("infrastructure error during a retry")
         self.open.error_texts.append(feedback)

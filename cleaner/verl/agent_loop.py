@@ -19,11 +19,12 @@ statistics are collected.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
@@ -57,8 +58,8 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Checkpoint:
-    """The loop state before an assistant turn, as list lengths and counters (O(1) to take)."""
+class StreamPosition:
+    """A position in the loop's stream before an assistant turn, as list lengths and counters (O(1) to take)."""
 
     ids: int
     mask: int
@@ -72,7 +73,7 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class TurnRecord:
-    before: Checkpoint
+    before: StreamPosition
     ids: list[int]
     logprobs: list[float] | None
 
@@ -81,8 +82,8 @@ def _history(agent_data: AgentData) -> list[str]:
     return getattr(agent_data, TOOL_HISTORY_ATTR, [])
 
 
-def _checkpoint(agent_data: AgentData) -> Checkpoint:
-    return Checkpoint(
+def _stream_position(agent_data: AgentData) -> StreamPosition:
+    return StreamPosition(
         ids=len(agent_data.prompt_ids),
         mask=len(agent_data.response_mask),
         logprobs=len(agent_data.response_logprobs),
@@ -94,21 +95,64 @@ def _checkpoint(agent_data: AgentData) -> Checkpoint:
     )
 
 
+# Bounds of the per-process caches below: a worker serves one config node and one tokenizer, so a few
+# entries suffice; the gate counter needs one entry per sample still being rolled out.
+_CONFIG_CACHE_SIZE = 8
+_FINDER_CACHE_SIZE = 8
+_OCCURRENCE_KEYS = 65536
+
+_saar_configs: OrderedDict[int, tuple[Any, SaarConfig]] = OrderedDict()
+_occurrences: OrderedDict[str, int] = OrderedDict()
+
+
+def saar_config_of(multi_turn: Any) -> SaarConfig:
+    """The parsed `SaarConfig` of a worker's `multi_turn` node, parsed once per node.
+
+    One loop is built per trajectory from the worker's same config node; reading OmegaConf costs ~0.2 ms.
+    OmegaConf nodes hash by content (slow), so the cache is keyed by identity; it holds the node, so its
+    id cannot be reused while cached.
+    """
+    key = id(multi_turn)
+    cached = _saar_configs.get(key)
+    if cached is None or cached[0] is not multi_turn:
+        cached = _saar_configs[key] = (multi_turn, SaarConfig.from_multi_turn(multi_turn))
+        if len(_saar_configs) > _CONFIG_CACHE_SIZE:
+            _saar_configs.popitem(last=False)
+    _saar_configs.move_to_end(key)
+    return cached[1]
+
+
+@functools.lru_cache(maxsize=_FINDER_CACHE_SIZE)
+def boundary_finder(tokenizer: Any, markers: CallMarkers) -> BoundaryFinder:
+    """One finder per tokenizer and markers: its decoded-piece cache then stays warm across trajectories."""
+    return BoundaryFinder(tokenizer, markers)
+
+
+def next_occurrence(key: str) -> int:
+    """How many trajectories with this sample key this process started before (0 for the first).
+
+    The legacy worker runs the n samples of a prompt as identical rows without a session id, so the k-th
+    occurrence is what makes each sample's gate draw distinct. The n samples of a prompt start within one
+    step, so only the most recently used `_OCCURRENCE_KEYS` keys are kept (the oldest is forgotten first):
+    memory stays bounded over a long run, and a forgotten key could only repeat a draw for a sample key
+    that has not been seen for that many trajectories.
+    """
+    occurrence = _occurrences.pop(key, 0)
+    _occurrences[key] = occurrence + 1
+    if len(_occurrences) > _OCCURRENCE_KEYS:
+        _occurrences.popitem(last=False)
+    return occurrence
+
+
 def _same_calls(parsed: Sequence[FunctionCall], executed: Sequence[FunctionCall]) -> bool:
     return [(call.name, call.arguments) for call in parsed] == [(call.name, call.arguments) for call in executed]
 
 
 @register(AGENT_NAME)
 class CleanerToolAgentLoop(ToolAgentLoop):
-    # Per-process count of trajectories started per sample key: the legacy worker runs the n samples of
-    # a prompt as identical rows, so the k-th occurrence is what makes each sample's gate draw distinct.
-    _occurrences: ClassVar[Counter] = Counter()
-    _finders: ClassVar[dict[tuple[int, CallMarkers], BoundaryFinder]] = {}
-    _configs: ClassVar[dict[int, tuple[Any, SaarConfig]]] = {}
-
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.saar_config = self._saar_config(self.rollout_config.multi_turn)
+        self.saar_config = saar_config_of(self.rollout_config.multi_turn)
         if self.saar_config.enable_tool_rollback and self.rollout_config.get("enable_rollout_routing_replay", False):
             raise SaarConfigError(
                 "actor_rollout_ref.rollout.enable_rollout_routing_replay (R3) cannot be combined with "
@@ -123,29 +167,12 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             if parser_boundary is not None:
                 self.find_call_start = parser_boundary
             else:
-                self.find_call_start = self._boundary_finder(markers_for_format(self.tool_parser_name)).find
+                self.find_call_start = boundary_finder(self.tokenizer, markers_for_format(self.tool_parser_name)).find
         self.stats = TrajectoryStats()
         self.policy = RollbackPolicy(self.saar_config, active=False, stats=self.stats)
         self._last_turn: TurnRecord | None = None
         self._agent_data: AgentData | None = None
         self.negatives: NegativeCollector | None = None
-
-    @classmethod
-    def _saar_config(cls, multi_turn: Any) -> SaarConfig:
-        # One loop is built per trajectory from the worker's same config node; reading OmegaConf costs
-        # ~0.2 ms, so parse once per node (the node is kept in the cache, so its id cannot be reused).
-        cached = cls._configs.get(id(multi_turn))
-        if cached is None or cached[0] is not multi_turn:
-            cached = cls._configs[id(multi_turn)] = (multi_turn, SaarConfig.from_multi_turn(multi_turn))
-        return cached[1]
-
-    def _boundary_finder(self, markers: CallMarkers) -> BoundaryFinder:
-        # One finder per worker and tokenizer: its decoded-piece cache then stays warm across trajectories.
-        key = (id(self.tokenizer), markers)
-        finder = self._finders.get(key)
-        if finder is None or finder.tokenizer is not self.tokenizer:
-            finder = self._finders[key] = BoundaryFinder(self.tokenizer, markers)
-        return finder
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         active = self._rollback_active(sampling_params, kwargs)
@@ -217,9 +244,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             key += f"/step={kwargs['global_steps']}"
         if "session_id" in kwargs:
             return key + f"/session={kwargs['session_id']}"
-        occurrence = self._occurrences[key]
-        self._occurrences[key] += 1
-        return key + f"/occurrence={occurrence}"
+        return key + f"/occurrence={next_occurrence(key)}"
 
     # ---- generation -------------------------------------------------------------------------------
 
@@ -234,7 +259,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
             self._count_dropped_calls()
             return state
-        before = _checkpoint(agent_data)
+        before = _stream_position(agent_data)
         resampling = self.policy.resampling
         # Turn limits were checked before a resample was asked for (see _retry_executable); the response-length
         # check is skipped for resamples, as in the reference, so every resample is parsed and its calls run.
@@ -290,7 +315,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             feedback="\n".join(
                 response.text or "" for (response, _, _), outcome in zip(results, outcomes) if not outcome.is_ok
             ),
-            checkpoint=turn.before,
+            stream_position=turn.before,
             failed_turn=turn,
             can_retry=self._retry_executable(agent_data),
         )
@@ -371,7 +396,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     ) -> None:
         """Splice the successful retry over the failed turn; drop the failed branch from tokens and messages."""
         open_position = self.policy.open
-        base: Checkpoint = open_position.checkpoint
+        base: StreamPosition = open_position.stream_position
         failed: TurnRecord = open_position.failed_turn
         failed_boundary, new_boundary = self.find_call_start(failed.ids), self.find_call_start(replacement.ids)
         mode, similarity = self.policy.choose_mode(
@@ -429,20 +454,20 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     def _end_position(self, agent_data: AgentData) -> None:
         """Apply `rollback_exhausted_keep` to the position just given up: with `last`, drop its earlier attempts."""
         closed = self.policy.closed
-        if self.saar_config.rollback_exhausted_keep == "all" or closed.last_round == closed.checkpoint:
+        if self.saar_config.rollback_exhausted_keep == "all" or closed.last_round == closed.stream_position:
             return
-        self._delete_segment(agent_data, closed.checkpoint, closed.last_round)
+        self._delete_segment(agent_data, closed.stream_position, closed.last_round)
         # What stays of the position (its last attempt, and an answer after it) was sampled after errors that are
         # now gone: its model tokens are recorded as spliced, run by run of the mask.
-        mask, start = agent_data.response_mask, closed.checkpoint.mask
+        mask, start = agent_data.response_mask, closed.stream_position.mask
         for index in range(start, len(mask) + 1):
             if index == len(mask) or mask[index] == 0:
                 if index > start:
                     self.stats.spliced_spans.append(SplicedSpan(start, index, closed.event.retries))
                 start = index + 1
 
-    def _delete_segment(self, agent_data: AgentData, start: Checkpoint, end: Checkpoint) -> None:
-        """Remove everything between two checkpoints (turns, tool responses, history) and their turn counts."""
+    def _delete_segment(self, agent_data: AgentData, start: StreamPosition, end: StreamPosition) -> None:
+        """Remove everything between two stream positions (turns, tool responses, history) and their turn counts."""
         del agent_data.prompt_ids[start.ids : end.ids]
         del agent_data.response_mask[start.mask : end.mask]
         del agent_data.response_logprobs[start.logprobs : end.logprobs]
@@ -452,16 +477,16 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         agent_data.assistant_turns -= end.assistant_turns - start.assistant_turns
         agent_data.user_turns -= end.user_turns - start.user_turns
 
-    def _truncate(self, agent_data: AgentData, checkpoint: Checkpoint) -> None:
-        """Cut the stream, messages, history and turn counters back to `checkpoint`."""
-        agent_data.prompt_ids = agent_data.prompt_ids[: checkpoint.ids]
-        agent_data.response_mask = agent_data.response_mask[: checkpoint.mask]
-        agent_data.response_logprobs = agent_data.response_logprobs[: checkpoint.logprobs]
-        agent_data.messages = agent_data.messages[: checkpoint.messages]
-        agent_data.tool_rewards = agent_data.tool_rewards[: checkpoint.tool_rewards]
-        del _history(agent_data)[checkpoint.history :]
-        agent_data.user_turns = checkpoint.user_turns
-        agent_data.assistant_turns = checkpoint.assistant_turns
+    def _truncate(self, agent_data: AgentData, position: StreamPosition) -> None:
+        """Cut the stream, messages, history and turn counters back to `position`."""
+        agent_data.prompt_ids = agent_data.prompt_ids[: position.ids]
+        agent_data.response_mask = agent_data.response_mask[: position.mask]
+        agent_data.response_logprobs = agent_data.response_logprobs[: position.logprobs]
+        agent_data.messages = agent_data.messages[: position.messages]
+        agent_data.tool_rewards = agent_data.tool_rewards[: position.tool_rewards]
+        del _history(agent_data)[position.history :]
+        agent_data.user_turns = position.user_turns
+        agent_data.assistant_turns = position.assistant_turns
 
     # ---- the end of a trajectory ------------------------------------------------------------------
 

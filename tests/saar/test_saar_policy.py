@@ -22,7 +22,7 @@ def fail_round(p, outcome=NAME_ERROR, code="print(y)"):
         position=0,
         code=code,
         feedback=f"{outcome.exception_type}: boom",
-        checkpoint="cp",
+        stream_position="cp",
         failed_turn="turn",
     )
 
@@ -30,7 +30,7 @@ def fail_round(p, outcome=NAME_ERROR, code="print(y)"):
 def test_recovery_after_one_retry():
     p, stats = policy()
     assert fail_round(p) is Action.RETRY and p.resampling
-    assert p.open.checkpoint == "cp" and p.open.failed_turn == "turn"
+    assert p.open.stream_position == "cp" and p.open.failed_turn == "turn"
     p.on_resample(12)
     assert p.on_round([OK], position=1, code="print(x)", feedback="1") is Action.PURIFY
     mode, similarity = p.choose_mode("print(x)", splittable=True)
@@ -89,12 +89,12 @@ def test_k_retries_then_give_up_and_keep_going():
 def test_an_unrecovered_position_keeps_its_last_attempt_by_default(keep, purified):
     """`last` (the reference): the earlier failed attempts leave the trajectory, so their errors count as purified."""
     p, stats = policy(max_tool_retries=2, rollback_exhausted_keep=keep)
-    p.on_round([NAME_ERROR], position=0, code="a", feedback="e0", checkpoint="cp0", failed_turn="t0")
+    p.on_round([NAME_ERROR], position=0, code="a", feedback="e0", stream_position="cp0", failed_turn="t0")
     p.on_resample(1)
-    p.on_round([NAME_ERROR], position=0, code="b", feedback="e1", checkpoint="cp1", failed_turn="t1")
+    p.on_round([NAME_ERROR], position=0, code="b", feedback="e1", stream_position="cp1", failed_turn="t1")
     p.on_resample(1)
-    assert p.on_round([TIMEOUT], position=0, code="c", feedback="e2", checkpoint="cp2") is Action.GIVE_UP
-    assert (p.closed.checkpoint, p.closed.last_round) == ("cp0", "cp2")
+    assert p.on_round([TIMEOUT], position=0, code="c", feedback="e2", stream_position="cp2") is Action.GIVE_UP
+    assert (p.closed.stream_position, p.closed.last_round) == ("cp0", "cp2")
     assert stats.purified_errors == purified and stats.rollback_events[0].kept == keep
 
 
@@ -141,7 +141,7 @@ def test_infra_errors_are_never_rolled_back():
     assert stats.infra_errors == 2 and stats.rollbacks_triggered == 0
     fail_round(p)
     p.on_resample(3)
-    assert p.on_round([INFRA], position=2, code="x", feedback="", checkpoint="cp-infra") is Action.GIVE_UP
+    assert p.on_round([INFRA], position=2, code="x", feedback="", stream_position="cp-infra") is Action.GIVE_UP
     assert p.closed.last_round == "cp-infra"  # with `last`, the infra attempt is what stays
     assert stats.rollbacks_failed == 1 and stats.to_extra_fields()["saar_infra_error"] is True
 

@@ -10,7 +10,8 @@ from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
 from cleaner.saar.config import SaarConfigError
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
-from cleaner.verl.agent_loop import AGENT_NAME, CleanerToolAgentLoop
+from cleaner.verl import agent_loop as agent_loop_module
+from cleaner.verl.agent_loop import AGENT_NAME, CleanerToolAgentLoop, next_occurrence
 from cleaner.verl.tool_execution import TOOL_CRASH_TEXT, tool_history
 from support.scripted_llm import (
     INFRA_TEXT,
@@ -414,6 +415,16 @@ async def test_gate_is_drawn_once_per_trajectory_reproducibly(qwen3_tokenizer):
     assert 0 < sum(first) < 24
     # the legacy worker runs the n samples of one prompt as identical rows: each occurrence draws anew
     assert len({await gates(uid="same-prompt") for _ in range(24)}) == 2
+
+
+def test_occurrence_counter_counts_per_key_and_stays_bounded(monkeypatch):
+    monkeypatch.setattr(agent_loop_module, "_occurrences", type(agent_loop_module._occurrences)())
+    monkeypatch.setattr(agent_loop_module, "_OCCURRENCE_KEYS", 3)
+    assert [next_occurrence("a"), next_occurrence("a"), next_occurrence("b"), next_occurrence("a")] == [0, 1, 0, 2]
+    for key in ("c", "d", "e"):
+        next_occurrence(key)
+    assert len(agent_loop_module._occurrences) == 3  # a trajectory per key no longer grows the process
+    assert next_occurrence("a") == 0  # the least recently used key was forgotten first
 
 
 async def test_validation_runs_without_rollback_unless_enabled(qwen3_tokenizer):
