@@ -41,7 +41,7 @@ class JudgeClientConfig:
     url: str = "http://127.0.0.1:8088"
     request_timeout_s: float = 60.0  # deadline for one HTTP call (90% of it is sent to the judge)
     max_retries: int = 3  # infra failures only: connection errors, 5xx, queue_timeout, internal_error
-    backoff_s: float = 0.5  # exponential: backoff_s * 2**attempt
+    backoff_s: float = 0.5  # exponential: retry n (1-based) waits backoff_s * 2**(n-1), i.e. 0.5, 1, 2 s
     max_batch_size: int = 32  # micro-batching of concurrent run() calls into /run/long-batch
     batch_wait_ms: float = 5.0
     max_connections: int = 32

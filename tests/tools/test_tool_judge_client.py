@@ -57,6 +57,24 @@ async def test_5xx_is_retried_then_succeeds(fake_judge):
     assert client.stats.retries == 2
 
 
+async def test_backoff_doubles_from_backoff_s(fake_judge, monkeypatch):
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recording_sleep(delay: float) -> None:
+        waits.append(delay)
+        await real_sleep(0)
+
+    fake_judge.responders = [lambda body: (503, {"detail": "overloaded"})] * 3
+    client = JudgeClient(fast_config(fake_judge.url, backoff_s=0.5))
+    monkeypatch.setattr("cleaner.tools.judge_client.asyncio.sleep", recording_sleep)
+    verdict = await client.run(JudgeSubmission(code="ok"))
+    monkeypatch.undo()
+    await client.aclose()
+    assert verdict.stdout == "ok"
+    assert [wait for wait in waits if wait > 0] == [0.5, 1.0, 2.0]
+
+
 @pytest.mark.parametrize("reason", ["queue_timeout", "worker_starved"])
 async def test_only_items_the_judge_could_not_run_are_resent(fake_judge, reason):
     def first(body):
