@@ -22,8 +22,8 @@ Text = Annotated[str, AfterValidator(_encodable)]
 
 class SubmissionType(str, Enum):
     PYTHON = "python"
-    # Accepted for schema compatibility; answered with reason `invalid_input` (only Python is executed).
-    CPP = "cpp"
+    CPP = "cpp"  # compiled with g++ -O2 and run in the same sandbox (see cpp.py)
+    # Accepted for schema compatibility; answered with reason `invalid_input` (upstream has no executor for it).
     MATH = "math"
 
 

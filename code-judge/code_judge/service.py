@@ -27,6 +27,7 @@ from code_judge.verdict import INTERNAL_ERROR, INVALID_INPUT, QUEUE_TIMEOUT, Job
 
 logger = logging.getLogger(__name__)
 
+RUNNABLE_TYPES = (SubmissionType.PYTHON, SubmissionType.CPP)
 _REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 _POP_BLOCK_S = 0.5
 _MAINTENANCE_INTERVAL_S = 1.0
@@ -144,8 +145,8 @@ class JudgeService:
             with_output=with_output,
             max_output_chars=self._settings.max_stdout_error_length,
         )
-        if sub.type is not SubmissionType.PYTHON:
-            message = f"type {sub.type.value!r} is not supported: this judge runs only type 'python'"
+        if sub.type not in RUNNABLE_TYPES:
+            message = f"type {sub.type.value!r} is not supported: this judge runs types 'python' and 'cpp'"
             return _Item(spec, verdict=self._service_verdict(spec, INVALID_INPUT, message, 0.0))
         job_id = uuid.uuid4().hex
         payload = orjson.dumps(
@@ -153,6 +154,7 @@ class JudgeService:
                 "id": job_id,
                 "reply": self._queue.reply_key,
                 "sub_id": spec.sub_id,
+                "type": sub.type.value,
                 "code": sub.solution,
                 "stdin": sub.input or "",
                 "expected": sub.expected_output,

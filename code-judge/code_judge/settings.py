@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from code_judge.cpp import CppConfig
 from code_judge.execution import Limits
 
 MIB = 1024 * 1024
@@ -55,6 +56,9 @@ class JudgeSettings:
     redis_outage_timeout: float = 30.0  # pending requests fail with `internal_error` after Redis is gone this long
     python_executor_path: str = "/usr/bin/python3"
     preload_modules: tuple[str, ...] = ("math", "numpy", "sympy")
+    cpp_compiler_path: str = "/usr/bin/g++"
+    cpp_compile_time: float | None = None  # seconds of wall and CPU time per compile; None: MAX_EXECUTION_TIME
+    cpp_compile_memory: int = 1024  # MiB of address space for g++ (cc1plus needs far more than a program)
 
     def __post_init__(self) -> None:
         positive = (
@@ -75,10 +79,13 @@ class JudgeSettings:
             "redis_result_expire",
             "redis_socket_timeout",
             "redis_outage_timeout",
+            "cpp_compile_memory",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"setting {name.upper()} must be > 0, got {getattr(self, name)!r}")
+        if self.cpp_compile_time is not None and self.cpp_compile_time <= 0:
+            raise SettingsError(f"setting CPP_COMPILE_TIME must be > 0, got {self.cpp_compile_time!r}")
         if self.max_cpu_time is not None and self.max_cpu_time <= 0:
             raise SettingsError(f"setting MAX_CPU_TIME must be > 0, got {self.max_cpu_time!r}")
         if self.worker_short_slots > self.worker_slots:
@@ -106,6 +113,15 @@ class JudgeSettings:
             max_output_bytes=self.max_output_bytes,
             max_processes=self.max_processes,
             max_file_size_bytes=self.max_file_size_mb * MIB,
+        )
+
+    @property
+    def cpp(self) -> CppConfig:
+        return CppConfig(
+            compiler=self.cpp_compiler_path,
+            compile_time_s=self.max_execution_time if self.cpp_compile_time is None else self.cpp_compile_time,
+            compile_memory_bytes=self.cpp_compile_memory * MIB,
+            max_binary_bytes=self.max_file_size_mb * MIB,
         )
 
     @classmethod

@@ -23,6 +23,7 @@ from typing import Protocol
 import orjson
 import redis
 
+from code_judge.cpp import run_cpp
 from code_judge.execution import ExecutionResult, Limits
 from code_judge.process import die_with_parent
 from code_judge.queue import QueueKeys, ReapPolicy, WorkerQueue, connect_sync, new_worker_id, reap_sync
@@ -69,6 +70,7 @@ class Slot:
         self._sandbox = sandbox
         self._settings = settings
         self._limits = settings.limits
+        self._cpp = settings.cpp
         self._short_slots = short_slots
         self._holds_short_slot = False
 
@@ -85,7 +87,12 @@ class Slot:
             max_output_chars=self._settings.max_stdout_error_length,
         )
         try:
-            result = self._sandbox.run(job["code"], job["stdin"], self._limits, on_long=self._leave_short_slot)
+            if job.get("type") == "cpp":
+                result = run_cpp(
+                    self._sandbox, self._cpp, job["code"], job["stdin"], self._limits, on_long=self._leave_short_slot
+                )
+            else:
+                result = self._sandbox.run(job["code"], job["stdin"], self._limits, on_long=self._leave_short_slot)
         except Exception as exc:
             if isinstance(exc, SandboxUnavailable):
                 raise  # no zygote can start: the worker stops and its group restarts it (see _serve_slot)

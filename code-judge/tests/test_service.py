@@ -71,7 +71,7 @@ async def test_a_submission_left_without_a_verdict_is_an_error_not_a_shorter_ans
     fake_reply = asyncio.create_task(_answer_first_job(service))
     with pytest.raises(MissingVerdict, match=r"submission 1 \(sub_id 'b'\) has no verdict"):
         await service.submit(
-            [Submission(type="cpp", solution="x", sub_id="a"), Submission(type="python", solution="1", sub_id="b")],
+            [Submission(type="math", solution="x", sub_id="a"), Submission(type="python", solution="1", sub_id="b")],
             with_output=False,
             timeout_s=5,
         )
