@@ -91,6 +91,12 @@ def test_infinite_loop_is_stopped_at_the_time_limit(client):
     assert abs(verdict["cost"] - TIME_LIMIT_S) < 0.5
 
 
+def test_program_sleeping_exactly_the_limit_times_out(client):
+    """Upstream's in-child alarm fires at the limit, so such a program fails; the wall cap here runs from the fork."""
+    verdict = client.post("/judge", json={"type": "python", "solution": f"import time\ntime.sleep({TIME_LIMIT_S})"})
+    assert (verdict.json()["run_success"], verdict.json()["reason"]) == (False, "worker_timeout")
+
+
 def test_long_output_is_cut_and_flagged(client):
     verdict = client.post("/run", json={"type": "python", "solution": "print('x' * 5000)"}).json()
     assert verdict["stdout"] == "x" * 1000 and verdict["truncated"] is True and verdict["success"] is True
