@@ -107,7 +107,7 @@ class Layout:
 
 def select_problems(args: argparse.Namespace, layout: Layout) -> tuple[Path, int]:
     """The problem file both passes read (`--problem-ids` writes the chosen rows to the output dir) and its size."""
-    from cleaner.data.records import read_rows, write_jsonl
+    from cleaner.data.rows import read_rows, write_jsonl
     from cleaner.rollout.problems import load_problems
 
     source = args.problems

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from cleaner.data.records import read_rows
+from cleaner.data.rows import read_rows
 
 AGENT_COLUMN = "agent_name"
 

@@ -19,7 +19,7 @@ from cleaner.data.filter import (
     read_stats,
 )
 from cleaner.data.prepare import BadRowError, PrepareConfig, prepare_rows
-from cleaner.data.records import read_rows, write_jsonl, write_parquet
+from cleaner.data.rows import read_rows, write_jsonl, write_parquet
 
 logger = logging.getLogger(__name__)
 

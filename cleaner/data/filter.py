@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from cleaner.data.records import iter_jsonl
+from cleaner.data.rows import iter_jsonl
 
 # The reference's default: drop unsolved and always-solved prompts, thin out the hardest solvable ones.
 DEFAULT_SUCCESS_RATE_RATIOS = "0.0:0.0,0.125:0.8,0.25:0.9,0.375:1.0,0.5:1,0.625:1,0.75:1,0.875:1,1.0:0.0"

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from cleaner.data.cli import input_errors_exit_1
-from cleaner.data.records import read_rows, write_jsonl
+from cleaner.data.rows import read_rows, write_jsonl
 from cleaner.evaluation.generations import Sample, load_samples
 from cleaner.evaluation.livecodebench import (
     attach_question_ids,

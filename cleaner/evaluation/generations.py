@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cleaner.data.records import iter_jsonl
+from cleaner.data.rows import iter_jsonl
 from cleaner.saar.stats import PREFIX
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cleaner.data.records import read_rows
+from cleaner.data.rows import read_rows
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
 

@@ -11,7 +11,7 @@ import pytest
 
 from cleaner.data import cli as data_cli
 from cleaner.data.prepare import BadRowError, PrepareConfig, prepare_rows
-from cleaner.data.records import read_rows
+from cleaner.data.rows import read_rows
 from cleaner.data.sources import BOXED_HINT, CODE_SUBMIT_HINT, NUMERIC_HINT, TOOL_HINT
 from cleaner.names import AGENT_NAME
 

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cleaner.data.prepare import PrepareConfig, prepare_rows
-from cleaner.data.records import read_rows
+from cleaner.data.rows import read_rows
 from cleaner.names import AGENT_NAME
 
 pytestmark = pytest.mark.slow  # verl's RLHFDataset with a real tokenizer

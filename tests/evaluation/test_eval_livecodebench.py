@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cleaner.data.prepare import PrepareConfig, prepare_rows
-from cleaner.data.records import read_rows
+from cleaner.data.rows import read_rows
 from cleaner.evaluation import cli as eval_cli
 from cleaner.evaluation.livecodebench import extract_program, hidden_tests, runnable_program
 

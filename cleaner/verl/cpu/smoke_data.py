@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cleaner.data.records import read_rows, write_parquet
+from cleaner.data.rows import read_rows, write_parquet
 from cleaner.resources import DEMO_PROBLEMS, resource_path
 
 

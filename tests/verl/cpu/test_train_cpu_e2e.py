@@ -53,7 +53,7 @@ def run_recipe(args: list[str], env: dict[str, str], log_path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, tiny_model_dir, judge_url):
-    from cleaner.data.records import read_rows, write_parquet
+    from cleaner.data.rows import read_rows, write_parquet
     from cleaner.resources import DEMO_PROBLEMS, resource_path
 
     work = tmp_path_factory.mktemp("train-cpu")
