@@ -120,7 +120,7 @@ def tree_cpu_seconds(pid: int) -> float:
             total += sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
             for task in os.listdir(f"/proc/{current}/task"):
                 frontier += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile; its CPU is counted by whoever reaps it
     return total
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +14,7 @@ import pytest
 
 from code_judge.execution import LimitHit, Limits
 from code_judge.sandbox import Sandbox, SandboxConfig
-from code_judge.sandbox.priority import can_restore_priority, descendants
+from code_judge.sandbox.priority import can_restore_priority, descendants, run_cpu_seconds, set_run_priority
 
 CONFIG = SandboxConfig(preload=("math",), warm_up=False, demote_after_s=0.5, demote_cpu_s=0.05, demoted_nice=19)
 
@@ -93,6 +95,22 @@ def test_cpu_time_of_every_process_of_a_run_is_reported():
     with Sandbox(SandboxConfig(preload=("math",), warm_up=False)) as unlowered:
         result = unlowered.run(source, "", Limits(wall_time_s=30))
     assert result.run_success and result.cpu_s >= 0.6
+
+
+def test_priority_helpers_cope_with_processes_that_exit_while_they_are_read():
+    # A process that forks and reaps short-lived children as fast as it can: their /proc entries vanish between
+    # listing, opening and reading, which is what a run's processes do while the supervisor inspects them.
+    churn = subprocess.Popen(
+        [sys.executable, "-c", "import os\nwhile True:\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)"]
+    )
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert run_cpu_seconds(churn.pid) >= 0
+            set_run_priority(churn.pid, 0)
+    finally:
+        churn.kill()
+        churn.wait()
 
 
 def _parent_command(pid: int) -> str:

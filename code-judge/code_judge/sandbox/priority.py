@@ -23,6 +23,8 @@ import os
 logger = logging.getLogger(__name__)
 CAP_SYS_NICE = 23
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# What reading /proc/<pid>/... raises for a process that exited meanwhile: before the open, or between open and read.
+GONE = (FileNotFoundError, ProcessLookupError)
 CAP_SYS_ADMIN = 21
 
 
@@ -33,13 +35,13 @@ def descendants(pid: int) -> list[int]:
         parent = frontier.pop()
         try:
             tasks = os.listdir(f"/proc/{parent}/task")
-        except FileNotFoundError:
+        except GONE:
             continue
         for task in tasks:
             try:
                 with open(f"/proc/{parent}/task/{task}/children") as children:
                     kids = [int(kid) for kid in children.read().split()]
-            except FileNotFoundError:
+            except GONE:
                 continue
             found += kids
             frontier += kids
@@ -53,7 +55,7 @@ def run_cpu_seconds(zygote_pid: int) -> float:
         try:
             with open(f"/proc/{pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
+        except GONE:
             continue
         ticks += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
     return ticks / CLOCK_TICKS

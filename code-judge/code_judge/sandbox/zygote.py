@@ -248,7 +248,7 @@ class Zygote:
             try:
                 # Fields: time on a CPU, time waiting on a run queue (both ns), time slices.
                 total += int(read_all(os.open(f"/proc/{pid}/schedstat", os.O_RDONLY)).split()[1])
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):
                 continue  # exited meanwhile
             except (OSError, IndexError, ValueError):
                 return None  # a kernel without scheduler statistics
@@ -399,8 +399,8 @@ def list_descendants() -> list:
             try:
                 with open(f"/proc/{pid}/task/{task}/children") as children:
                     kids = [int(kid) for kid in children.read().split()]
-            except FileNotFoundError:
-                continue
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # exited meanwhile
             found.extend(kids)
             frontier.extend(kids)
     return found
@@ -439,13 +439,15 @@ def reseed_preloaded_generators() -> None:
 
 def read_all(fd: int) -> bytes:
     """Read `fd` to its end and close it."""
-    # Sized from the file (0 for /proc files): a fixed large read would allocate, and fault in, a big buffer.
-    data = os.read(fd, os.fstat(fd).st_size or 4096)
-    chunks = [data]
-    while data:
-        data = os.read(fd, 1 << 20)
-        chunks.append(data)
-    os.close(fd)
+    try:
+        # Sized from the file (0 for /proc files): a fixed large read would allocate, and fault in, a big buffer.
+        data = os.read(fd, os.fstat(fd).st_size or 4096)
+        chunks = [data]
+        while data:
+            data = os.read(fd, 1 << 20)
+            chunks.append(data)
+    finally:
+        os.close(fd)
     return b"".join(chunks)
 
 
