@@ -1,8 +1,8 @@
 """Where a CPU training step's time goes: seconds per phase, tokens/s and peak memory of verl's trainer on CPU.
 
-Runs `recipe/cleaner/cpu_smoke.sh` (the same run as `make train-cpu`, minus the resume) for each model asked
-for, samples the memory of every process of the run, and reads verl's own per-step metrics from its file
-logger (`timing_s/*`, `perf/total_num_tokens`, `response_length/*`):
+Runs `recipe/cleaner/cpu_smoke.sh` (the settings of `make train-cpu`, without validation, checkpoint and resume)
+for each model asked for, samples the memory (PSS) of every process of the run and the load average, and reads
+verl's own per-step metrics from its file logger (`timing_s/*`, `perf/total_num_tokens`, `response_length/*`):
 
     python benchmarks/train_cpu.py --model tiny --model 0.5b      # run and print the table
     python benchmarks/train_cpu.py --metrics train-cpu-output/metrics.jsonl   # only read an existing run
@@ -23,10 +23,13 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "reward", "old_log_prob", "update_actor", "update_weights", "step")
+# As `make train-cpu` runs each model (its TRAIN_CPU_ENV): the 0.5B model with LoRA (docs/train-cpu.md).
+MODEL_ENV = {"tiny": {}, "0.5b": {"LORA_RANK": "16", "ACTOR_LR": "1e-5"}}
 
 
 def model_dir(name: str, work: Path) -> Path:
@@ -40,49 +43,67 @@ def model_dir(name: str, work: Path) -> Path:
     return Path(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip())
 
 
-def _tree_rss_bytes(root_pid: int) -> int:
-    """Resident memory of `root_pid` and all its descendants (Ray's processes are started below the driver)."""
+def _tree_pss_bytes(root_pid: int) -> int:
+    """Proportional memory (PSS) of `root_pid` and all its descendants (Ray's processes start below the driver).
+
+    PSS splits shared pages between the processes that map them, so Ray's shared-memory object store and the
+    libraries every worker loads are counted once, not once per process as RSS would."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            rss[int(entry.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
+        children.setdefault(parent, []).append(int(entry.name))
     total, stack = 0, [root_pid]
     while stack:
         pid = stack.pop()
-        total += rss.get(pid, 0)
         stack.extend(children.get(pid, []))
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
     return total
 
 
-def run_smoke(model: Path, out_dir: Path, steps: int) -> tuple[Path, float]:
-    """Run the smoke recipe; return its metrics file and the peak resident memory of its process tree (bytes)."""
+@dataclass
+class RunStats:
+    peak_bytes: int = 0
+    load_samples: list[float] = field(default_factory=list)
+
+    @property
+    def mean_load(self) -> float:
+        return sum(self.load_samples) / len(self.load_samples) if self.load_samples else float("nan")
+
+
+def run_smoke(model: Path, out_dir: Path, steps: int, extra_env: dict[str, str]) -> tuple[Path, RunStats]:
+    """Run the smoke recipe; return its metrics file, its peak memory (PSS of its process tree) and the load average."""
     env = {
         **os.environ,
+        **extra_env,
         "MODEL_PATH": str(model),
         "OUTPUT_DIR": str(out_dir),
         "TOTAL_TRAINING_STEPS": str(steps),
         "TEST_FREQ": "-1",
+        "SAVE_FREQ": "-1",
     }
+    stats = RunStats()
     with open(out_dir.parent / f"{out_dir.name}.log", "wb") as log:
         process = subprocess.Popen(
-            [str(ROOT / "recipe/cleaner/cpu_smoke.sh"), "trainer.val_before_train=False"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            [str(ROOT / "recipe/cleaner/cpu_smoke.sh")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
         )
-        peak = 0
         stop = threading.Event()
 
         def sample() -> None:
-            nonlocal peak
             while not stop.is_set():
-                peak = max(peak, _tree_rss_bytes(process.pid))
-                time.sleep(0.5)
+                stats.peak_bytes = max(stats.peak_bytes, _tree_pss_bytes(process.pid))
+                stats.load_samples.append(os.getloadavg()[0])
+                time.sleep(1.0)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -91,7 +112,7 @@ def run_smoke(model: Path, out_dir: Path, steps: int) -> tuple[Path, float]:
         sampler.join()
     if code != 0:
         raise SystemExit(f"the smoke run failed ({code}); see {out_dir.parent / f'{out_dir.name}.log'}")
-    return out_dir / "metrics.jsonl", peak
+    return out_dir / "metrics.jsonl", stats
 
 
 def step_rows(metrics_file: Path) -> list[dict]:
@@ -105,8 +126,9 @@ def step_rows(metrics_file: Path) -> list[dict]:
     return rows
 
 
-def print_table(label: str, rows: list[dict], peak_bytes: float | None) -> None:
-    header = ["model", "step"] + [f"{phase} s" for phase in PHASES] + ["gen tok/s", "train tok/s", "peak GiB"]
+def print_table(label: str, rows: list[dict], stats: RunStats | None) -> None:
+    header = ["model", "step"] + [f"{phase} s" for phase in PHASES]
+    header += ["tokens", "gen tok/s", "train tok/s", "peak GiB (PSS)", "load avg"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for row in rows:
@@ -114,9 +136,11 @@ def print_table(label: str, rows: list[dict], peak_bytes: float | None) -> None:
         total_tokens = row.get("perf/total_num_tokens", 0)
         cells = [label, str(row["step"])] + [f"{row.get(f'timing_s/{phase}', float('nan')):.1f}" for phase in PHASES]
         cells += [
+            str(total_tokens),
             f"{response_tokens / row['timing_s/gen']:.1f}",
             f"{total_tokens / row['timing_s/update_actor']:.1f}",
-            "n/a" if peak_bytes is None else f"{peak_bytes / 2**30:.1f}",
+            "n/a" if stats is None else f"{stats.peak_bytes / 2**30:.1f}",
+            "n/a" if stats is None else f"{stats.mean_load:.1f}",
         ]
         print(" | ".join(cells))
 
@@ -134,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="train-cpu-bench-") as tmp:
         work = Path(tmp)
         for name in args.model or []:
-            metrics_file, peak = run_smoke(model_dir(name, work), work / f"run-{name}", args.steps)
-            print_table(name, step_rows(metrics_file), peak)
+            metrics_file, stats = run_smoke(model_dir(name, work), work / f"run-{name}", args.steps, MODEL_ENV[name])
+            print_table(name, step_rows(metrics_file), stats)
     return 0
 
 

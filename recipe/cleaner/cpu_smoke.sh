@@ -128,7 +128,6 @@ cleaner_train tools \
     actor_rollout_ref.rollout.agent.num_workers=1 \
     "+actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu.max_new_tokens=$MAX_NEW_TOKENS" \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
-    actor_rollout_ref.model.enable_gradient_checkpointing=False \
     "actor_rollout_ref.model.lora_rank=$LORA_RANK" \
     "actor_rollout_ref.model.lora_alpha=$LORA_ALPHA" \
     actor_rollout_ref.model.lora.merge=True \

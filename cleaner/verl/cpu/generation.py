@@ -102,9 +102,13 @@ def generate_batch(
         attention[row, longest - len(request.prompt_ids) :] = 1
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
-    logits = model(
-        input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
-    ).logits[:, -1, :].float()
+    logits = (
+        model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        )
+        .logits[:, -1, :]
+        .float()
+    )
 
     results = [SamplingResult([], [], FINISH_LENGTH) for _ in requests]
     live = list(range(len(requests)))  # request index of each cache row
@@ -131,11 +135,15 @@ def generate_batch(
             tokens = [tokens[row] for row in still_live]
             live = [live[row] for row in still_live]
         attention = torch.cat([attention, torch.ones((len(live), 1), dtype=torch.long)], dim=-1)
-        logits = model(
-            input_ids=torch.tensor(tokens).unsqueeze(-1),
-            attention_mask=attention,
-            position_ids=next_position.unsqueeze(-1),
-            past_key_values=cache,
-            use_cache=True,
-        ).logits[:, -1, :].float()
+        logits = (
+            model(
+                input_ids=torch.tensor(tokens).unsqueeze(-1),
+                attention_mask=attention,
+                position_ids=next_position.unsqueeze(-1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            .logits[:, -1, :]
+            .float()
+        )
         next_position = next_position + 1

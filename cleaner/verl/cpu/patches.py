@@ -95,8 +95,8 @@ def _check_platform_resource(_original: Callable[..., None]) -> Callable[..., No
         if available < required:
             raise ValueError(
                 f"Ray has {available:g} {resource} available but the resource pools need {required} "
-                f"(trainer.n_gpus_per_node x nnodes): give Ray more CPUs (ray_kwargs.ray_init.num_cpus) "
-                "or lower trainer.n_gpus_per_node"
+                f"(trainer.n_gpus_per_node x nnodes): give Ray more CPUs (ray_kwargs.ray_init.num_cpus; RAY_NUM_CPUS "
+                "in recipe/cleaner/cpu_smoke.sh) or lower trainer.n_gpus_per_node"
             )
 
     return _check_resource_available

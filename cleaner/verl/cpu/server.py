@@ -95,7 +95,9 @@ class CpuGenerationServer:
         engine_kwargs = dict(getattr(config, "engine_kwargs", None) or {}).get(ENGINE_KWARGS_KEY) or {}
         unknown = set(engine_kwargs) - {"max_new_tokens"}
         if unknown:
-            raise ValueError(f"engine_kwargs.{ENGINE_KWARGS_KEY}: unknown keys {sorted(unknown)} (known: max_new_tokens)")
+            raise ValueError(
+                f"engine_kwargs.{ENGINE_KWARGS_KEY}: unknown keys {sorted(unknown)} (known: max_new_tokens)"
+            )
         self.max_new_tokens = engine_kwargs.get("max_new_tokens")
         self.model: torch.nn.Module | None = None
         self.weights_step: int | None = None

@@ -13,6 +13,8 @@ from cleaner.verl.cpu.generation import FINISH_LENGTH, FINISH_STOP, SamplingRequ
 from cleaner.verl.cpu.rollout import CpuServerAdapter
 from cleaner.verl.cpu.server import CpuGenerationServer, rollout_dtype, sampling_request
 
+pytestmark = pytest.mark.slow  # loads a model and runs torch generation: seconds per test
+
 
 @pytest.fixture(scope="module")
 def model(tiny_model_dir):
@@ -60,7 +62,9 @@ def test_stop_tokens_end_a_row_and_top_k_1_is_greedy(model, tokenizer):
     assert top1.token_ids == greedy.token_ids
     stop_at = greedy.token_ids[2]
     stopped = generate_batch(
-        model, [SamplingRequest(prompt, max_tokens=6, temperature=0, stop_token_ids=frozenset({stop_at}))], 0,
+        model,
+        [SamplingRequest(prompt, max_tokens=6, temperature=0, stop_token_ids=frozenset({stop_at}))],
+        0,
         torch.Generator(),
     )[0]
     assert stopped.token_ids == greedy.token_ids[: greedy.token_ids.index(stop_at) + 1]
@@ -69,8 +73,12 @@ def test_stop_tokens_end_a_row_and_top_k_1_is_greedy(model, tokenizer):
 
 def test_sampling_params_are_mapped_and_bad_ones_refused():
     request = sampling_request(
-        [1, 2, 3], {"temperature": 0.5, "top_p": 0.9, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True},
-        prompt_length=8, response_length=16, eos_ids={9}, max_new_tokens=4,
+        [1, 2, 3],
+        {"temperature": 0.5, "top_p": 0.9, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True},
+        prompt_length=8,
+        response_length=16,
+        eos_ids={9},
+        max_new_tokens=4,
     )
     assert (request.temperature, request.top_p, request.max_tokens, request.stop_token_ids) == (0.5, 0.9, 4, {9})
     # Without a per-turn cap: what is left of prompt + response length, as verl's vLLM server computes it.
@@ -117,14 +125,18 @@ async def test_server_batches_concurrent_requests_and_serves_synced_weights(tiny
     monkeypatch.setattr("cleaner.verl.cpu.rollout.WEIGHT_BUCKET_BYTES", 1)  # one bucket per tensor
     zeros = torch.zeros_like(server.model.lm_head.weight)
     embed = server.model.model.embed_tokens.weight.detach().clone()
-    await adapter.update_weights(iter([("model.embed_tokens.weight", embed), ("lm_head.weight", zeros)]), global_steps=3)
+    await adapter.update_weights(
+        iter([("model.embed_tokens.weight", embed), ("lm_head.weight", zeros)]), global_steps=3
+    )
     assert adapter._server.calls == ["begin_weight_update", "load_weights", "load_weights", "finish_weight_update"]
     after = await server.generate(prompt, dict(params), request_id="after")
     assert set(after.token_ids) == {0} and after.extra_fields["global_steps"] == 3
     assert after.log_probs[0] == pytest.approx(-math.log(zeros.shape[0]), abs=1e-4)
 
 
-async def test_generation_waits_for_a_weight_sync_and_a_failed_sync_stops_the_server(tiny_model_dir, tokenizer, monkeypatch):
+async def test_generation_waits_for_a_weight_sync_and_a_failed_sync_stops_the_server(
+    tiny_model_dir, tokenizer, monkeypatch
+):
     server = CpuGenerationServer(_Config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
     monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
     await server.launch()

@@ -16,6 +16,8 @@ import pytest
 
 from cleaner.verl.cpu import patches
 
+pytestmark = pytest.mark.slow  # starts Ray and verl's trainer in subprocesses: tens of seconds per test
+
 ROOT = Path(__file__).resolve().parents[3]
 PLUGIN = "cleaner.verl.cpu.plugin"
 
@@ -24,7 +26,11 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {key: value for key, value in os.environ.items() if not key.startswith("VERL_")}
     full_env.update(env)
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, cwd=ROOT,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=ROOT,
         timeout=180,
     )
 
@@ -43,8 +49,13 @@ def test_a_patch_whose_verl_code_moved_refuses_to_apply():
     )
     with pytest.raises(patches.VerlPatchError, match="no longer contains 'code verl no longer has'"):
         moved.apply()
-    gone = patches.Patch(name="gone", module="verl.utils.distributed", attr="no_such_function", fragment="x",
-                         build=lambda original: original)
+    gone = patches.Patch(
+        name="gone",
+        module="verl.utils.distributed",
+        attr="no_such_function",
+        fragment="x",
+        build=lambda original: original,
+    )
     with pytest.raises(patches.VerlPatchError, match="not found"):
         gone.check()
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from cpu_scripted_backend import BACKEND_NAME, BATCH_DUMP_ENV, PROBLEMS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -57,7 +56,9 @@ def run(tmp_path_factory, tiny_model_dir, judge_url):
     from cleaner.resources import DEMO_PROBLEMS, resource_path
 
     work = tmp_path_factory.mktemp("train-cpu")
-    rows = [row for row in read_rows(resource_path(DEMO_PROBLEMS)) if any(p.marker in str(row["prompt"]) for p in PROBLEMS)]
+    rows = [
+        row for row in read_rows(resource_path(DEMO_PROBLEMS)) if any(p.marker in str(row["prompt"]) for p in PROBLEMS)
+    ]
     assert len(rows) == len(PROBLEMS)
     write_parquet(rows, work / "train.parquet")
     env = {
