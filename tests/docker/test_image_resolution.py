@@ -32,6 +32,8 @@ from base_image import (  # noqa: E402
 from check_image_resolution import constraint_problems  # noqa: E402
 from stand_in import installed_environment, requirements_for_image  # noqa: E402
 
+pytestmark = pytest.mark.slow  # resolves the image's requirements with pip: seconds per test
+
 # What the image must still run after the project is installed: the versions its SGLang 0.5.12 stack has.
 IMAGE_STACK = {
     "torch": "2.11.0",

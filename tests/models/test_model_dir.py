@@ -139,6 +139,7 @@ def test_refuses_to_overwrite_a_directory_it_did_not_build(tmp_path):
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow  # builds a model in a subprocess it kills
 def test_killed_build_leaves_no_valid_looking_dir_and_is_cleaned_up(tmp_path):
     """SIGKILL in the middle of a build: the target never appears; the next build removes the dead temp dir."""
     target = tmp_path / "out"

@@ -11,6 +11,8 @@ import torch
 from cleaner.models import TinyQwen2Config, build_tiny_qwen2, validate_model_dir
 from cleaner.models.model_dir import MARKER_FILE
 
+pytestmark = pytest.mark.slow  # builds and loads a model with transformers: seconds per test
+
 TOOL_CONVERSATION = [
     {"role": "system", "content": "Solve it with Python."},
     {"role": "user", "content": "What is 2 + 2?"},

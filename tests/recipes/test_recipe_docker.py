@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 from code_judge.local import free_port
@@ -85,6 +86,7 @@ def test_image_installs_its_requirements_under_the_base_image_constraints_then_t
     assert base == "BASE_IMAGE=verlai/verl:sgl0512.latest"
 
 
+@pytest.mark.slow  # runs the entrypoint script with a judge
 def test_entrypoint_starts_the_judge_before_the_command(tmp_path):
     port = free_port()
     env = {

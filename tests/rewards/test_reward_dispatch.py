@@ -73,6 +73,7 @@ def test_options_are_validated_and_verl_routing_kwargs_ignored():
         RewardConfig.from_kwargs({"math_workers": "2"})
 
 
+@pytest.mark.slow  # the first call of each reward kind starts its workers: seconds
 async def test_every_result_has_the_same_keys_so_verl_can_concatenate_batches():
     math = await compute_score("math_dapo", MATH_REPLY, "0.5")
     gpqa = await compute_score("gpqa_diamond", "no box", "A")

@@ -151,6 +151,7 @@ REFERENCE_OVERRIDES = [
 ]
 
 
+@pytest.mark.slow  # composes verl's Hydra config
 def test_reference_overrides_need_the_saar_multi_turn_schema():
     """verl 0.9.1 converts multi_turn into its MultiTurnConfig dataclass (every worker does) and rejects extra keys."""
     from hydra.errors import InstantiationException

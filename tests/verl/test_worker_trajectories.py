@@ -25,6 +25,8 @@ from cleaner.verl.multi_turn_config import MULTI_TURN_TARGET
 from cleaner.verl.trainer_config import compose_trainer_config
 from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool, tool_call_text
 
+pytestmark = pytest.mark.slow  # builds verl's agent-loop workers: seconds per test
+
 ANSWER = "<think>\nDone.\n</think>\n\nThe answer is \\boxed{55}."
 # What verl's workers put in sampling params (plus the tool parser's stop ids): anything else is an unknown key
 # that SGLang's and vLLM's SamplingParams(**params) reject.
