@@ -45,9 +45,10 @@ SCRIPTS = {
     "[two-retries]": [call(NAME_ERROR), call(TIMEOUT), call(OK), ANSWER],
     "[exhausted]": [call(NAME_ERROR), call(TIMEOUT), call(NAME_ERROR), ANSWER],
 }
-# Model-error tool calls each trajectory samples with SAAR on, and how many a recovery removes.
+# Model-error tool calls each trajectory samples with SAAR on, and how many SAAR removes: a recovery removes every
+# failed attempt; exhausted retries keep only the last failed attempt (rollback_exhausted_keep=last, the default).
 SAMPLED_ON = {"[clean]": 0, "[one-retry]": 1, "[two-retries]": 2, "[exhausted]": 3}
-PURIFIED_ON = {"[clean]": 0, "[one-retry]": 1, "[two-retries]": 2, "[exhausted]": 0}
+PURIFIED_ON = {"[clean]": 0, "[one-retry]": 1, "[two-retries]": 2, "[exhausted]": 2}
 
 
 def score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
