@@ -9,7 +9,6 @@ import time
 
 import httpx
 import pytest
-
 from judge_harness import Launcher, wait_until, worker_pids
 
 TIME_LIMIT_S = 2.0

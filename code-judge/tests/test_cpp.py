@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
 from judge_harness import Launcher
 
 TIME_LIMIT_S = 2.0

@@ -11,7 +11,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-
 from judge_harness import wait_until
 
 CAP_S = 8.0
@@ -28,9 +27,11 @@ def post(url: str, source: str, expected: str | None = None) -> tuple[dict, floa
 
 def test_short_programs_are_answered_while_loops_and_sleepers_hold_the_slots(launch):
     # No starvation verdicts here: on a shared machine the loops' CPU share is not ours to promise.
-    service = launch(
-        "serve", MAX_WORKERS="1", MAX_EXECUTION_TIME=str(CAP_S), STARVED_CPU_SHARE="0", WORKER_SLOTS="16"
-    ).wait_http().wait_workers(1)
+    service = (
+        launch("serve", MAX_WORKERS="1", MAX_EXECUTION_TIME=str(CAP_S), STARVED_CPU_SHARE="0", WORKER_SLOTS="16")
+        .wait_http()
+        .wait_workers(1)
+    )
     long_programs = [LOOP] * 3 + [SLEEP] * 3
     with ThreadPoolExecutor(len(long_programs) + 12) as pool:
         long_answers = [pool.submit(post, service.url, source) for source in long_programs]
@@ -59,15 +60,19 @@ def test_a_loop_that_could_not_get_the_cpu_share_it_was_promised_is_starved_not_
     # all started at once, compete for the CPUs, so none can get it. A sleeper next to them never waits for a
     # CPU: a plain timeout.
     loops = 3 * (os.cpu_count() or 1)
-    service = launch(
-        "serve",
-        MAX_WORKERS="1",
-        WORKER_SLOTS=str(loops + 1),
-        WORKER_SHORT_SLOTS=str(loops + 1),
-        MAX_EXECUTION_TIME="3",
-        STARVED_CPU_SHARE="0.9",
-        DEMOTED_NICE="0",
-    ).wait_http().wait_workers(1)
+    service = (
+        launch(
+            "serve",
+            MAX_WORKERS="1",
+            WORKER_SLOTS=str(loops + 1),
+            WORKER_SHORT_SLOTS=str(loops + 1),
+            MAX_EXECUTION_TIME="3",
+            STARVED_CPU_SHARE="0.9",
+            DEMOTED_NICE="0",
+        )
+        .wait_http()
+        .wait_workers(1)
+    )
     with ThreadPoolExecutor(loops + 1) as pool:
         answers = [pool.submit(post, service.url, source) for source in [LOOP] * loops + [SLEEP]]
         verdicts = [answer.result()[0] for answer in answers]

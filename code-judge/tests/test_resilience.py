@@ -8,7 +8,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-
 from judge_harness import wait_until, worker_pids
 
 

@@ -101,7 +101,11 @@ def test_priority_helpers_cope_with_processes_that_exit_while_they_are_read():
     # A process that forks and reaps short-lived children as fast as it can: their /proc entries vanish between
     # listing, opening and reading, which is what a run's processes do while the supervisor inspects them.
     churn = subprocess.Popen(
-        [sys.executable, "-c", "import os\nwhile True:\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)"]
+        [
+            sys.executable,
+            "-c",
+            "import os\nwhile True:\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)",
+        ]
     )
     try:
         deadline = time.monotonic() + 1.0

@@ -7,10 +7,11 @@ import logging
 import threading
 import time
 
+from judge_harness import wait_until
+
 from code_judge.execution import ExecutionResult
 from code_judge.settings import JudgeSettings
 from code_judge.worker import Slot, WorkerGroup
-from judge_harness import wait_until
 
 
 class BrokenSandbox:

@@ -10,6 +10,7 @@ wait4, never from the program. Only the `report` (exception type/line/message) i
 child itself, so a program can misreport its own exception, just as it can raise any exception it likes.
 """
 
+import _signal
 import ctypes
 import gc
 import importlib
@@ -19,7 +20,6 @@ import os
 import resource
 import select
 import signal
-import _signal
 import socket
 import sys
 import time
@@ -516,7 +516,7 @@ def reopen_standard_streams() -> None:
 
 def open_standard_streams(stdin_fd: int, stdout_fd: int, stderr_fd: int) -> tuple:
     return (
-        open(stdin_fd, "r", encoding="utf-8", errors="replace", closefd=False),
+        open(stdin_fd, encoding="utf-8", errors="replace", closefd=False),
         open(stdout_fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False),
         open(stderr_fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1),
     )
