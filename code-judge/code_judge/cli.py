@@ -37,6 +37,8 @@ def sandbox_factory(settings: JudgeSettings, insecure: bool) -> tuple[SandboxFac
         demote_cpu_s=settings.demote_cpu,
         demoted_nice=settings.demoted_nice,
         starved_cpu_share=settings.starved_cpu_share,
+        # As many warm zygotes as young runs can overlap, so a burst of short programs never waits for one.
+        warm_zygotes=settings.worker_short_slots,
     )
     try:
         check_sandbox_support(config)

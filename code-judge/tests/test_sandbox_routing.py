@@ -78,3 +78,15 @@ def test_one_zygote_when_no_heavy_module_is_preloaded():
     assert SandboxConfig(preload=("math",)).light_preload is None
     assert SandboxConfig(heavy_modules=()).light_preload is None
     assert SandboxConfig().light_preload == ("math",)
+
+
+def test_warm_zygotes_of_the_plain_flavour_start_with_the_sandbox():
+    preloads = []
+    with Sandbox(SandboxConfig(preload=("math", "numpy"), warm_up=False, warm_zygotes=3)) as box:
+        preloads = sorted(z.config.preload for zygotes in box._idle.values() for z in zygotes)
+        assert box.run("print('warm')", "", LIMITS).stdout == "warm\n"
+    assert preloads == [("math",)] * 3 + [("math", "numpy")]
+    with Sandbox(SandboxConfig(preload=("math",), warm_up=False, warm_zygotes=2)) as box:
+        assert [len(zygotes) for zygotes in box._idle.values()] == [2]  # one flavour: every warm zygote is it
+    with pytest.raises(ValueError, match="warm_zygotes"):
+        SandboxConfig(warm_zygotes=0)

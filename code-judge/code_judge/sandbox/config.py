@@ -29,6 +29,10 @@ class SandboxConfig:
     # A run stopped by the wall-clock cap is starved, not slow, when it waited for a CPU for at least half of
     # its time and still received less than this share of one CPU: the machine, not the program, stopped it.
     starved_cpu_share: float = 0.02
+    # Zygotes of the flavour that runs plain programs (the light one, when there is one) started with the sandbox,
+    # so that this many overlapping runs find a warm zygote instead of waiting for a new one (~60 ms of CPU each
+    # for a light zygote). The heavy flavour starts with one when it is not that flavour. More start on demand.
+    warm_zygotes: int = 1
 
     @property
     def light_preload(self) -> tuple[str, ...] | None:
@@ -52,5 +56,7 @@ class SandboxConfig:
             raise ValueError(f"demote_cpu_s must be >= 0, got {self.demote_cpu_s}")
         if not 0 <= self.demoted_nice <= 19:
             raise ValueError(f"demoted_nice must be within 0..19, got {self.demoted_nice}")
+        if self.warm_zygotes < 1:
+            raise ValueError(f"warm_zygotes must be >= 1, got {self.warm_zygotes}")
         if not 0 <= self.starved_cpu_share < 1:
             raise ValueError(f"starved_cpu_share must be within [0, 1), got {self.starved_cpu_share}")

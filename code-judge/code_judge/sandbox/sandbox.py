@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 
 from ..execution import ExecutionResult, LimitHit, Limits
@@ -37,8 +37,8 @@ class Sandbox:
 
     There are two flavours: one with every preload, plus a light one without the heavy modules when `preload`
     has any. Each program runs in the light flavour unless its source names a module only the heavy one has
-    loaded. One zygote of each flavour starts with the sandbox; more start when runs overlap, and every idle
-    zygote is kept for the next run of its flavour.
+    loaded. `config.warm_zygotes` zygotes of the flavour that runs plain programs and one of the other start with
+    the sandbox; more start when runs overlap, and every idle zygote is kept for the next run of its flavour.
     """
 
     def __init__(self, config: SandboxConfig):
@@ -63,13 +63,25 @@ class Sandbox:
         # the largest zygote maps. So a program the router sends to the light zygote fits exactly when it would
         # fit in the heavy one, even if it imports the heavy modules itself.
         self._base_vm_bytes = 0
+        plain = LIGHT if LIGHT in self._configs else HEAVY  # the flavour of programs that name no heavy module
         packages: dict[str, frozenset[str]] = {}
+        # Started side by side: on a loaded machine a zygote's start-up is mostly waiting for a CPU.
+        starting = [
+            (flavour, self._starter.submit(ZygoteProcess, self._configs[flavour]))
+            for flavour in self._configs
+            for _ in range(config.warm_zygotes if flavour == plain else 1)
+        ]
         try:
-            for flavour in self._configs:
-                zygote = self._new_zygote(flavour)
-                packages[flavour] = zygote.packages
+            for flavour, future in starting:
+                zygote = future.result()
                 self._idle[flavour].append(zygote)
+                packages[flavour] = zygote.packages
+                self._base_vm_bytes = max(self._base_vm_bytes, zygote.base_vm_bytes)
         except BaseException:
+            wait([future for _, future in starting])
+            for flavour, future in starting:  # those that did start are closed with the rest
+                if future.exception() is None and future.result() not in self._idle[flavour]:
+                    self._idle[flavour].append(future.result())
             self.close()
             raise
         self._router = Router(packages[HEAVY] - packages[LIGHT] if LIGHT in packages else ())
