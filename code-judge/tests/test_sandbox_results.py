@@ -151,3 +151,18 @@ def test_runs_as_a_main_script_so_multiprocessing_works(sandbox):
         """,
     )
     assert result.stdout == "[0, 1, 4, 9, 16]\nTrue True\n"
+
+
+def test_every_run_gets_fresh_standard_streams_of_the_right_kind(sandbox):
+    # The zygote builds the streams once; each run must still see its own input from the start, a seekable
+    # stdin (an in-memory file), pipes for stdout and stderr, and stderr line-buffered, as `python solution.py`.
+    source = """
+        import sys
+        line = sys.stdin.readline()
+        print(line.strip(), sys.stdin.tell(), sys.stdin.seekable(), sys.stdout.seekable(), sys.stderr.seekable())
+        print(sys.stdout.encoding, sys.stderr.line_buffering, sys.stdin is sys.__stdin__, file=sys.stderr)
+        """
+    for text, first_line in (("first\nrest\n", "first 6"), ("second\n", "second 7"), ("", " 0")):
+        result = run(sandbox, source, stdin=text)
+        assert result.stdout == f"{first_line} True False False\n"
+        assert result.stderr == "utf-8 True True\n"
