@@ -3,7 +3,16 @@
 One call decodes a batch of prompts together: left-padded prefill, then one token per step for every
 unfinished row through a shared KV cache; finished rows are dropped from the cache so the batch shrinks.
 Each row has its own sampling settings and its own random generator (seeded per request when a seed is
-given), so the result of a request does not depend on what it was batched with.
+given), so the result of a request does not depend on what it was batched with. The prefill computes the
+LM head for the last prompt position only.
+
+Prefix cache: every turn of a multi-turn trajectory sends the whole conversation again (the previous prompt,
+the tokens sampled, the tool response). With a `PrefixCache`, a finished row leaves the keys and values of
+the tokens it processed under its request's `cache_key`; the next request with that key takes them back,
+keeps the longest common prefix of those tokens and its prompt (a rolled-back prompt shares only a part),
+and prefills only the rest. Rows with different cached lengths share one batch: each row's cached keys and
+values are left-padded to the longest, its new tokens are left-padded to the longest suffix, the padding is
+masked out and every row gets its own position ids, so a row's logits are those of its own tokens only.
 
 Log-probs are those of the sampled token under the temperature-scaled distribution before top-k/top-p
 filtering: the quantity verl's actor recomputes (`logits / temperature`, full vocabulary), so rollout and
@@ -13,9 +22,15 @@ actor log-probs are comparable.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -32,6 +47,7 @@ class SamplingRequest:
     top_k: int = -1
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     seed: int | None = None
+    cache_key: str | None = None  # the prefix-cache key (verl's request_id: the same for every turn of a trajectory)
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -49,6 +65,84 @@ class SamplingResult:
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str
+
+
+KeysValues = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys and values [1, kv heads, tokens, head dim]
+
+
+@dataclass
+class _Entry:
+    tokens: list[int]
+    layers: KeysValues
+    nbytes: int
+
+
+class PrefixCache:
+    """Keys and values of the tokens each trajectory has processed, for its next turn (LRU, bounded).
+
+    An entry is taken out when its key comes back (and put back, longer, when that row finishes), dropped when
+    it shares no prefix with the new prompt, evicted least recently stored first when the bounds are
+    exceeded, and all of them go at `clear()` (the owner calls it when the weights change: keys and values
+    of the old policy would make the next turn sample from a mixture). Thread-safe: the server's batches run
+    in a worker thread while its event loop may clear the cache."""
+
+    def __init__(self, max_bytes: int, max_entries: int = 512) -> None:
+        if max_bytes < 1 or max_entries < 1:
+            raise ValueError(f"prefix cache bounds must be positive, got {max_bytes} bytes, {max_entries} entries")
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.stats = {"lookups": 0, "hits": 0, "reused_tokens": 0, "evictions": 0}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def take(self, key: str, prompt_ids: list[int]) -> tuple[int, KeysValues | None]:
+        """Remove `key`'s entry; return how many leading prompt tokens it covers and their keys and values.
+
+        At least the last prompt token is always left to compute (its logits give the first new token)."""
+        with self._lock:
+            self.stats["lookups"] += 1
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                return 0, None
+            self._bytes -= entry.nbytes
+        limit = min(len(entry.tokens), len(prompt_ids) - 1)
+        common = 0
+        while common < limit and entry.tokens[common] == prompt_ids[common]:
+            common += 1
+        if common == 0:
+            return 0, None
+        with self._lock:
+            self.stats["hits"] += 1
+            self.stats["reused_tokens"] += common
+        return common, [(keys[:, :, :common], values[:, :, :common]) for keys, values in entry.layers]
+
+    def put(self, key: str, tokens: list[int], layers: KeysValues) -> None:
+        nbytes = sum(keys.nbytes + values.nbytes for keys, values in layers)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            if nbytes > self.max_bytes:
+                return
+            self._entries[key] = _Entry(tokens, layers, nbytes)
+            self._bytes += nbytes
+            while self._bytes > self.max_bytes or len(self._entries) > self.max_entries:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes
+                self.stats["evictions"] += 1
 
 
 def _filtered_probs(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -86,25 +180,73 @@ def _generator(request: SamplingRequest, fallback: torch.Generator) -> torch.Gen
     return torch.Generator().manual_seed(seed)
 
 
+def _padded_cache(pasts: list[KeysValues | None], lengths: list[int], width: int) -> DynamicCache:
+    """One batch cache from the rows' cached keys and values, each left-padded with zeros to `width` tokens."""
+    from transformers import DynamicCache
+
+    sample = next(past for past in pasts if past is not None)
+    layers = []
+    for layer, (keys, values) in enumerate(sample):
+        batch_keys = keys.new_zeros((len(pasts), keys.shape[1], width, keys.shape[3]))
+        batch_values = values.new_zeros((len(pasts), values.shape[1], width, values.shape[3]))
+        for row, past in enumerate(pasts):
+            if past is not None:
+                batch_keys[row, :, width - lengths[row] :] = past[layer][0][0]
+                batch_values[row, :, width - lengths[row] :] = past[layer][1][0]
+        layers.append((batch_keys, batch_values))
+    return DynamicCache(ddp_cache_data=layers)
+
+
+def _row_keys_values(cache: DynamicCache, row: int, attention: torch.Tensor) -> KeysValues:
+    """The keys and values of one cache row's real (unmasked) tokens, copied out of the batch."""
+    keep = attention[row].nonzero().squeeze(-1)
+    return [(layer.keys[row : row + 1, :, keep], layer.values[row : row + 1, :, keep]) for layer in cache.layers]
+
+
 @torch.inference_mode()
 def generate_batch(
-    model: torch.nn.Module, requests: list[SamplingRequest], pad_id: int, rng: torch.Generator
+    model: torch.nn.Module,
+    requests: list[SamplingRequest],
+    pad_id: int,
+    rng: torch.Generator,
+    prefix_cache: PrefixCache | None = None,
 ) -> list[SamplingResult]:
-    """Sample a continuation for every request; `rng` seeds the requests that carry no seed of their own."""
+    """Sample a continuation for every request; `rng` seeds the requests that carry no seed of their own.
+
+    With `prefix_cache`, requests with a `cache_key` reuse the cached keys and values of their prompt's
+    longest cached prefix and leave those of prompt + sampled tokens behind for the next turn."""
     from transformers import DynamicCache
 
     generators = [_generator(request, rng) for request in requests]
-    longest = max(len(request.prompt_ids) for request in requests)
-    input_ids = torch.full((len(requests), longest), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(requests), longest), dtype=torch.long)
-    for row, request in enumerate(requests):
-        input_ids[row, longest - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
-        attention[row, longest - len(request.prompt_ids) :] = 1
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
+    reused, pasts = [], []
+    for request in requests:
+        if prefix_cache is not None and request.cache_key is not None:
+            length, past = prefix_cache.take(request.cache_key, request.prompt_ids)
+        else:
+            length, past = 0, None
+        reused.append(length)
+        pasts.append(past)
+    past_width = max(reused)
+    suffix_width = max(len(request.prompt_ids) - length for request, length in zip(requests, reused, strict=True))
+    input_ids = torch.full((len(requests), suffix_width), pad_id, dtype=torch.long)
+    # Columns: [cached keys/values, left-padded to past_width][new prompt tokens, left-padded to suffix_width].
+    attention = torch.zeros((len(requests), past_width + suffix_width), dtype=torch.long)
+    for row, (request, length) in enumerate(zip(requests, reused, strict=True)):
+        suffix = request.prompt_ids[length:]
+        input_ids[row, suffix_width - len(suffix) :] = torch.tensor(suffix)
+        attention[row, past_width - length : past_width] = 1
+        attention[row, past_width + suffix_width - len(suffix) :] = 1
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, past_width:]
+    cache = _padded_cache(pasts, reused, past_width) if past_width else DynamicCache()
+    del pasts
     logits = (
         model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         .logits[:, -1, :]
         .float()
@@ -121,11 +263,16 @@ def generate_batch(
             token, log_prob = _sample_row(logits[cache_row], request, generators[index])
             result.token_ids.append(token)
             result.log_probs.append(log_prob)
+            tokens.append(token)
             if token in request.stop_token_ids:
                 result.finish_reason = FINISH_STOP
             elif len(result.token_ids) < request.max_tokens:
                 still_live.append(cache_row)
-            tokens.append(token)
+                continue
+            if prefix_cache is not None and request.cache_key is not None:
+                # The cache holds the prompt and every sampled token but this last one (never fed to the model).
+                processed = request.prompt_ids + result.token_ids[:-1]
+                prefix_cache.put(request.cache_key, processed, _row_keys_values(cache, cache_row, attention))
         if not still_live:
             return results
         if len(still_live) < len(live):

@@ -7,8 +7,13 @@ passes. A weight sync (`begin_weight_update`, `load_weights` per bucket, `finish
 weights between batches: the trainer pushes the actor's weights through verl's weight-sync path after every
 step, so every batch samples from the current policy.
 
-The sleep/wake/KV-cache calls of verl's replica protocol have no CPU meaning (no device memory to free)
-and return at once.
+Prefix cache (`generation.PrefixCache`, on unless `engine_kwargs.cleaner_cpu.prefix_cache: false`): verl's agent
+loops send the same `request_id` for every turn of a trajectory, and each turn's prompt is the conversation so
+far, so the server keeps each trajectory's keys and values between its turns and prefills only the new tokens.
+It is emptied when a weight sync begins (keys and values of the old weights would make the next turn
+off-policy) and when verl puts the replica to sleep or clears its KV cache (after every rollout: none of its
+trajectories comes back). The other sleep/wake calls of verl's replica protocol have no CPU meaning (no device
+memory to free) and return at once.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ from typing import Any
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
-from .generation import FINISH_STOP, SamplingRequest, generate_batch
+from .generation import FINISH_STOP, PrefixCache, SamplingRequest, generate_batch
 
 logger = logging.getLogger(__name__)
 
 # Sampling keys verl's agent loops send that this server honours, beyond the ones mapped to SamplingRequest.
 _ACCEPTED_AND_IGNORED = {"logprobs"}
 ENGINE_KWARGS_KEY = "cleaner_cpu"
+_ENGINE_KWARGS = {"max_new_tokens", "prefix_cache", "prefix_cache_mb"}
+PREFIX_CACHE_MB = 1024  # default bound; the 0.5B model's keys and values take 24 KB per token in float32
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
@@ -93,12 +100,15 @@ class CpuGenerationServer:
         self.replica_rank = replica_rank
         self.max_batch_size = max_batch_size
         engine_kwargs = dict(getattr(config, "engine_kwargs", None) or {}).get(ENGINE_KWARGS_KEY) or {}
-        unknown = set(engine_kwargs) - {"max_new_tokens"}
+        unknown = set(engine_kwargs) - _ENGINE_KWARGS
         if unknown:
             raise ValueError(
-                f"engine_kwargs.{ENGINE_KWARGS_KEY}: unknown keys {sorted(unknown)} (known: max_new_tokens)"
+                f"engine_kwargs.{ENGINE_KWARGS_KEY}: unknown keys {sorted(unknown)} (known: {sorted(_ENGINE_KWARGS)})"
             )
         self.max_new_tokens = engine_kwargs.get("max_new_tokens")
+        self.prefix_cache: PrefixCache | None = None
+        if engine_kwargs.get("prefix_cache", True):
+            self.prefix_cache = PrefixCache(int(float(engine_kwargs.get("prefix_cache_mb", PREFIX_CACHE_MB)) * 2**20))
         self.model: torch.nn.Module | None = None
         self.weights_step: int | None = None
         self._pending: list[tuple[SamplingRequest, asyncio.Future]] = []
@@ -121,6 +131,11 @@ class CpuGenerationServer:
         path = self.model_config.local_path
         dtype = rollout_dtype(self.config.dtype)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+        layer_types = set(getattr(self.model.config, "layer_types", None) or ["full_attention"])
+        if self.prefix_cache is not None and layer_types != {"full_attention"}:
+            # The cache is rebuilt from plain per-layer tensors; sliding-window layers would need their own layout.
+            logger.warning("CPU rollout: prefix cache off, the model has %s attention layers", sorted(layer_types))
+            self.prefix_cache = None
         tokenizer = self.model_config.tokenizer
         eos = {tokenizer.eos_token_id}
         try:
@@ -156,6 +171,7 @@ class CpuGenerationServer:
             self._eos_ids,
             self.max_new_tokens,
         )
+        request.cache_key = request_id
         future = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         if self._batch_task is None or self._batch_task.done():
@@ -177,7 +193,12 @@ class CpuGenerationServer:
                 started = time.perf_counter()
                 try:
                     results = await asyncio.to_thread(
-                        generate_batch, self.model, [request for request, _ in batch], self._pad_id, self._rng
+                        generate_batch,
+                        self.model,
+                        [request for request, _ in batch],
+                        self._pad_id,
+                        self._rng,
+                        self.prefix_cache,
                     )
                 except Exception as exc:  # every waiting caller gets the failure, none hangs
                     for _, future in batch:
@@ -197,6 +218,7 @@ class CpuGenerationServer:
         copy of the model); no batch may sample from a half-updated model in between."""
         await self._model_lock.acquire()
         self._syncing = True
+        self._clear_prefix_cache()
 
     async def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Copy one bucket of the actor's weights (HF parameter names) into the model."""
@@ -237,20 +259,29 @@ class CpuGenerationServer:
         self._syncing = False
         self._model_lock.release()
 
+    def _clear_prefix_cache(self) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
     async def get_stats(self) -> dict[str, Any]:
-        return {**self.stats, "weights_step": self.weights_step}
+        stats = {**self.stats, "weights_step": self.weights_step}
+        if self.prefix_cache is not None:
+            cache = self.prefix_cache
+            stats["prefix_cache"] = {**cache.stats, "entries": len(cache), "bytes": cache.nbytes}
+        return stats
 
     async def sleep(self) -> None:
-        return None
+        """verl calls this after every rollout: no trajectory of it comes back, so their cached prefixes go."""
+        self._clear_prefix_cache()
 
     async def wake_up(self) -> None:
         return None
 
     async def clear_kv_cache(self) -> None:
-        return None
+        self._clear_prefix_cache()
 
     async def release_kv_cache(self) -> None:
-        return None
+        self._clear_prefix_cache()
 
     async def resume_kv_cache(self) -> None:
         return None

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from cleaner.verl.cpu.generation import FINISH_LENGTH, FINISH_STOP, SamplingRequest, generate_batch
+from cleaner.verl.cpu.generation import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    PrefixCache,
+    SamplingRequest,
+    SamplingResult,
+    generate_batch,
+)
 from cleaner.verl.cpu.rollout import CpuServerAdapter
 from cleaner.verl.cpu.server import CpuGenerationServer, rollout_dtype, sampling_request
 
@@ -176,3 +184,144 @@ class _LocalHandle:
                 return method(*args, **kwargs)
 
         return _Method
+
+
+# Prefix cache: every cached run must give what the same request gives decoded alone without a cache.
+
+TOOL_RESPONSE = "<tool_response>\n42\n</tool_response>"
+
+
+def _run(model, requests: list[SamplingRequest], cache: PrefixCache | None = None) -> list[SamplingResult]:
+    return generate_batch(model, requests, 0, torch.Generator().manual_seed(0), cache)
+
+
+def _greedy(prompt: list[int], key: str | None = None, max_tokens: int = 8) -> SamplingRequest:
+    return SamplingRequest(prompt, max_tokens=max_tokens, temperature=0, cache_key=key)
+
+
+def _assert_as_alone(model, request: SamplingRequest, result: SamplingResult) -> None:
+    reference = _run(model, [dataclasses.replace(request, cache_key=None)])[0]
+    assert result.token_ids == reference.token_ids
+    assert result.log_probs == pytest.approx(reference.log_probs, abs=1e-4)
+    assert result.finish_reason == reference.finish_reason
+
+
+def test_a_continued_conversation_prefills_only_the_new_tokens_and_samples_the_same(model, tokenizer):
+    cache = PrefixCache(max_bytes=2**30)
+    prompt = _prompt(tokenizer, "write a function")
+    first = _run(model, [_greedy(prompt, "t")], cache)[0]
+    assert cache.stats["hits"] == 0 and len(cache) == 1
+    reused = 0
+    for turn in range(2):
+        prompt = prompt + first.token_ids + tokenizer.encode(TOOL_RESPONSE)
+        # The entry holds everything the last call processed: its prompt and its tokens but the last one.
+        reused += len(prompt) - len(tokenizer.encode(TOOL_RESPONSE)) - 1
+        request = _greedy(prompt, "t")
+        result = _run(model, [request], cache)[0]
+        assert cache.stats["hits"] == turn + 1 and cache.stats["reused_tokens"] == reused
+        _assert_as_alone(model, request, result)
+        first = result
+
+
+@pytest.mark.parametrize("case", ["rollback", "prompt_is_the_cached_tokens", "shorter_prompt", "unrelated_prompt"])
+def test_a_rolled_back_prompt_reuses_only_the_common_prefix(model, tokenizer, case):
+    cache = PrefixCache(max_bytes=2**30)
+    prompt = _prompt(tokenizer, "write a function")
+    first = _run(model, [_greedy(prompt, "t")], cache)[0]
+    assert len(first.token_ids) == 8
+    cached = prompt + first.token_ids[:-1]
+    retry = tokenizer.encode("a different retry")
+    new_prompt, common = {
+        # SAAR cuts a failed code cell out and continues after the turn's first tokens.
+        "rollback": (prompt + first.token_ids[:3] + retry, len(prompt) + 3),
+        # Nothing new: the last prompt token is computed again, for its logits.
+        "prompt_is_the_cached_tokens": (cached, len(cached) - 1),
+        "shorter_prompt": (prompt[:5], 4),
+        "unrelated_prompt": (retry + prompt, 0),
+    }[case]
+    request = _greedy(new_prompt, "t")
+    result = _run(model, [request], cache)[0]
+    assert cache.stats["reused_tokens"] == common and cache.stats["hits"] == (common > 0)
+    _assert_as_alone(model, request, result)
+    assert len(cache) == 1  # the entry now holds the new call's tokens
+    follow_up = _greedy(new_prompt + result.token_ids + retry, "t")
+    _assert_as_alone(model, follow_up, _run(model, [follow_up], cache)[0])
+    assert cache.stats["reused_tokens"] == common + len(new_prompt) + len(result.token_ids) - 1
+
+
+def test_batched_rows_with_different_cached_lengths_are_independent(model, tokenizer):
+    cache = PrefixCache(max_bytes=2**30)
+    long_prompt = _prompt(tokenizer, "a much longer prompt " * 8)
+    short_prompt = _prompt(tokenizer, "hi")
+    long_first, short_first = _run(model, [_greedy(long_prompt, "long"), _greedy(short_prompt, "short", 3)], cache)
+    tool = tokenizer.encode(TOOL_RESPONSE)
+    requests = [
+        _greedy(long_prompt + long_first.token_ids + tool, "long", max_tokens=4),
+        SamplingRequest(short_prompt + short_first.token_ids + tool, 10, temperature=1.0, seed=5, cache_key="short"),
+        SamplingRequest(_prompt(tokenizer, "fresh"), 6, temperature=0.8, top_p=0.9, seed=9, cache_key="fresh"),
+    ]
+    results = _run(model, requests, cache)
+    assert cache.stats["hits"] == 2
+    assert cache.stats["reused_tokens"] == len(requests[0].prompt_ids) + len(requests[1].prompt_ids) - 2 * (
+        len(tool) + 1
+    )
+    for request, result in zip(requests, results, strict=True):
+        _assert_as_alone(model, request, result)
+    assert len(cache) == 3
+
+
+def test_the_prefix_cache_is_bounded_and_drops_what_cannot_be_reused():
+    def layers(tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.zeros(1, 2, tokens, 4), torch.zeros(1, 2, tokens, 4)) for _ in range(3)]
+
+    entry_bytes = 3 * 2 * (2 * 10 * 4 * 4)  # layers x (keys, values) x float32 [1, 2, 10, 4]
+    cache = PrefixCache(max_bytes=2 * entry_bytes + 1, max_entries=3)
+    for key in "abc":
+        cache.put(key, list(range(10)), layers(10))
+    assert len(cache) == 2 and cache.nbytes == 2 * entry_bytes and cache.stats["evictions"] == 1
+    assert cache.take("a", list(range(20))) == (0, None)  # least recently stored went first
+    cache.put("big", list(range(30)), layers(30))  # larger than the whole bound: not kept, nothing evicted
+    assert len(cache) == 2 and cache.take("big", list(range(40))) == (0, None)
+
+    cache = PrefixCache(max_bytes=2**30, max_entries=2)
+    for key in "abc":
+        cache.put(key, list(range(10)), layers(10))
+    assert len(cache) == 2 and cache.stats["evictions"] == 1
+    # A prompt with no common prefix drops the entry; a taken entry leaves the cache until it is put back.
+    assert cache.take("b", [99, 1, 2]) == (0, None) and len(cache) == 1
+    common, past = cache.take("c", [0, 1, 2, 99, 5])
+    assert common == 3 and past[0][0].shape == (1, 2, 3, 4) and len(cache) == 0 and cache.nbytes == 0
+
+
+class _NoCacheConfig(_Config):
+    engine_kwargs = {"cleaner_cpu": {"max_new_tokens": 6, "prefix_cache": False}}
+
+
+async def test_the_server_empties_the_prefix_cache_when_weights_change_and_after_a_rollout(
+    tiny_model_dir, tokenizer, monkeypatch
+):
+    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
+    server = CpuGenerationServer(_Config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
+    await server.launch()
+    prompt = _prompt(tokenizer, "hello")
+    params = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+    first = await server.generate(prompt, dict(params), request_id="t")
+    assert len(server.prefix_cache) == 1
+    await server.begin_weight_update()
+    assert len(server.prefix_cache) == 0  # stale keys and values never meet the new weights
+    await server.load_weights({"lm_head.weight": torch.zeros_like(server.model.lm_head.weight)})
+    await server.finish_weight_update(1)
+    second = await server.generate(prompt + first.token_ids, dict(params), request_id="t")
+    assert set(second.token_ids) == {0}
+    stats = await server.get_stats()
+    assert stats["prefix_cache"]["hits"] == 0 and stats["prefix_cache"]["entries"] == 1
+    await server.sleep()  # verl sleeps the replicas after every rollout
+    assert len(server.prefix_cache) == 0
+
+    off = CpuGenerationServer(
+        _NoCacheConfig(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8
+    )
+    assert off.prefix_cache is None
+    with pytest.raises(ValueError, match="unknown keys \\['prefix_cache_size'\\]"):
+        bad = type("_BadConfig", (_Config,), {"engine_kwargs": {"cleaner_cpu": {"prefix_cache_size": 1}}})
+        CpuGenerationServer(bad(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
