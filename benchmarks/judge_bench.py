@@ -9,7 +9,9 @@ within `--timeout-tolerance` of `--time-limit`, exceptions and 4 GiB allocations
 For the shuffled phase it also prints a table per kind, with the tiny programs that ran while at least one
 infinite loop was in flight as a row of their own. With `--service-pid` (the pid of `code-judge serve`, or of
 any process whose descendants are the whole service) it adds the service's CPU time per request of each phase,
-read from /proc for that process and all its descendants. The load average is printed before and after.
+read from /proc for that process and all its descendants, in total and per kind of process (the API process,
+the workers, redis-server, the sandboxes with their zygotes and programs). The load average is printed before
+and after.
 
     python benchmarks/judge_bench.py --url http://127.0.0.1:8088 [--concurrency 32] [--time-limit 10] \
         [--service-pid PID]
@@ -61,6 +63,7 @@ class PhaseReport:
     outcomes: list[Outcome] = field(default_factory=list)
     wall_s: float = 0.0
     service_cpu_s: float | None = None  # CPU time of the service's processes during the phase
+    cpu_by_kind: dict[str, float] = field(default_factory=dict)  # the same, per kind of process (PROCESS_KINDS)
 
 
 def workload() -> list[Program]:
@@ -110,19 +113,40 @@ async def judge_one(session: aiohttp.ClientSession, url: str, program: Program) 
     return Outcome(program, started, time.perf_counter() - started, verdict)
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU time of `pid` and every live descendant, each with the CPU of the children it has reaped."""
-    total, frontier = 0.0, [pid]
+PROCESS_KINDS = ("api", "workers", "redis", "sandboxes")
+
+
+def process_kind(pid: int, parent_kind: str | None) -> str:
+    """api: the process given as --service-pid; redis: redis-server; workers: multiprocessing's processes;
+    sandboxes: bwrap and everything below it (zygotes, programs); anything else counts as its parent's kind."""
+    if parent_kind is None:
+        return "api"
+    if parent_kind == "sandboxes":
+        return parent_kind
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    if argv[0].endswith(b"bwrap"):
+        return "sandboxes"
+    if b"redis-server" in argv[0]:  # it rewrites its argv[0] into a title with its address
+        return "redis"
+    return "workers" if b"multiprocessing" in b" ".join(argv) else parent_kind
+
+
+def cpu_seconds_by_kind(pid: int) -> dict[str, float]:
+    """CPU time of `pid` and every live descendant, each with the CPU of the children it has reaped, per kind."""
+    totals = dict.fromkeys(PROCESS_KINDS, 0.0)
+    frontier: list[tuple[int, str | None]] = [(pid, None)]
     while frontier:
-        current = frontier.pop()
+        current, parent_kind = frontier.pop()
         try:
+            kind = process_kind(current, parent_kind)
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+            totals[kind] += sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
             for task in os.listdir(f"/proc/{current}/task"):
-                frontier += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+                children = Path(f"/proc/{current}/task/{task}/children").read_text().split()
+                frontier += [(int(child), kind) for child in children]
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile; its CPU is counted by whoever reaps it
-    return total
+    return totals
 
 
 def load_average() -> str:
@@ -133,7 +157,7 @@ async def run_phase(
     name: str, programs: list[Program], url: str, concurrency: int, timeout_s: float, service_pid: int | None
 ) -> PhaseReport:
     report = PhaseReport(name)
-    cpu_before = None if service_pid is None else tree_cpu_seconds(service_pid)
+    cpu_before = None if service_pid is None else cpu_seconds_by_kind(service_pid)
     semaphore = asyncio.Semaphore(concurrency)
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -150,7 +174,9 @@ async def run_phase(
         report.wall_s = time.perf_counter() - started
         progress.close()
     if cpu_before is not None:
-        report.service_cpu_s = tree_cpu_seconds(service_pid) - cpu_before
+        cpu_after = cpu_seconds_by_kind(service_pid)
+        report.cpu_by_kind = {kind: cpu_after[kind] - cpu_before[kind] for kind in PROCESS_KINDS}
+        report.service_cpu_s = sum(report.cpu_by_kind.values())
     return report
 
 
@@ -188,6 +214,17 @@ def print_table(reports: list[PhaseReport], time_limit: float, tolerance: float)
             f"| {report.name:<10} | {n:>4} | {n / report.wall_s:>7.1f} | {percentile(latencies, 50):>8.1f} | "
             f"{percentile(latencies, 95):>8.1f} | {percentile(latencies, 99):>8.1f} | {correct:>4}/{n:<4} | {cpu:>14} |"
         )
+
+
+def print_cpu_table(reports: list[PhaseReport]) -> None:
+    """The service's CPU per request of each phase, split by kind of process."""
+    print(f"\nservice CPU ms per request, by process:\n\n| {'phase':<10} | " + " | ".join(f"{k:>9}" for k in PROCESS_KINDS)
+          + " |    total |")  # fmt: skip
+    print("|" + "|".join("-" * 11 for _ in range(len(PROCESS_KINDS) + 2)) + "|")
+    for report in reports:
+        n = len(report.outcomes)
+        cells = " | ".join(f"{report.cpu_by_kind[kind] / n * 1000:>9.2f}" for kind in PROCESS_KINDS)
+        print(f"| {report.name:<10} | {cells} | {report.service_cpu_s / n * 1000:>8.2f} |")
 
 
 def print_mixed_table(report: PhaseReport, time_limit: float, tolerance: float) -> None:
@@ -232,10 +269,27 @@ def print_details(reports: list[PhaseReport], time_limit: float, tolerance: floa
         print(f"... and {len(wrong) - 10} more wrong verdicts")
 
 
+async def wait_until_ready(base_url: str, timeout_s: float) -> None:
+    """Wait until the service answers /status with at least one live worker (it may still be starting)."""
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        while True:
+            try:
+                async with session.get(base_url + "/status") as response:
+                    if response.status == 200 and (await response.json()).get("num_workers", 0) > 0:
+                        return
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{base_url} has no live worker after {timeout_s:g} s")
+            await asyncio.sleep(0.2)
+
+
 async def main_async(args: argparse.Namespace) -> int:
     url = args.url.rstrip("/") + args.endpoint
     programs = workload()
     reports = []
+    await wait_until_ready(args.url.rstrip("/"), args.wait_ready)
     print(f"load average before: {load_average()}")
     for kind in args.phases.split(","):
         if kind == "shuffled":
@@ -246,6 +300,8 @@ async def main_async(args: argparse.Namespace) -> int:
         reports.append(await run_phase(kind, phase, url, args.concurrency, args.request_timeout, args.service_pid))
     print(f"load average after:  {load_average()}\n")
     print_table(reports, args.time_limit, args.timeout_tolerance)
+    if args.service_pid is not None:
+        print_cpu_table(reports)
     for report in reports:
         if report.name == "shuffled":
             print_mixed_table(report, args.time_limit, args.timeout_tolerance)
@@ -262,6 +318,9 @@ def main() -> int:
     parser.add_argument("--timeout-tolerance", type=float, default=0.5)
     parser.add_argument("--request-timeout", type=float, default=3600.0, help="client-side limit per request (s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--wait-ready", type=float, default=120.0, help="seconds to wait for /status to show a live worker"
+    )
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}")
     parser.add_argument(
         "--service-pid", type=int, default=None, help="measure the CPU time of this process and its descendants"
