@@ -6,11 +6,16 @@ verl's own per-step metrics from its file logger (`timing_s/*`, `perf/total_num_
 
     python benchmarks/train_cpu.py --model tiny --model 0.5b      # run and print the table
     python benchmarks/train_cpu.py --metrics train-cpu-output/metrics.jsonl   # only read an existing run
+    python benchmarks/train_cpu.py --rollout 0.5b      # the CPU rollout's sampler alone, prefix cache off vs on
 
 Phases (verl's names): gen = rollout (agent loops, tool calls, reward inside the loop), reward = reward
 post-processing, old_log_prob = actor forward over the batch, update_actor = forward + backward + step,
 update_weights = weight sync into the CPU rollout server. Generation tokens/s counts the response tokens
 (model and tool tokens) of the batch over `gen`; training tokens/s counts all tokens over `update_actor`.
+
+`--rollout` times `cleaner.verl.cpu.generation.generate_batch` alone on a multi-turn conversation shaped like
+a training step's (rows x turns, a tool response between turns; every turn runs to its token budget, so both
+modes decode the same number of tokens), once without and once with the prefix cache.
 """
 
 from __future__ import annotations
@@ -126,14 +131,19 @@ def step_rows(metrics_file: Path) -> list[dict]:
     return rows
 
 
+def trajectory_count(row: dict) -> int:
+    """Trajectories in the step's batch: verl logs per-trajectory means and the batch's total token count."""
+    return round(row["perf/total_num_tokens"] / (row["prompt_length/mean"] + row["response_length/mean"]))
+
+
 def print_table(label: str, rows: list[dict], stats: RunStats | None) -> None:
     header = ["model", "step"] + [f"{phase} s" for phase in PHASES]
     header += ["tokens", "gen tok/s", "train tok/s", "peak GiB (PSS)", "load avg"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for row in rows:
-        response_tokens = row["response_length/mean"] * row.get("perf/batch_size", row.get("global_seqlen/count", 1))
         total_tokens = row.get("perf/total_num_tokens", 0)
+        response_tokens = row["response_length/mean"] * trajectory_count(row)
         cells = [label, str(row["step"])] + [f"{row.get(f'timing_s/{phase}', float('nan')):.1f}" for phase in PHASES]
         cells += [
             str(total_tokens),
@@ -145,14 +155,71 @@ def print_table(label: str, rows: list[dict], stats: RunStats | None) -> None:
         print(" | ".join(cells))
 
 
+def rollout_benchmark(
+    model: Path, rows: int, groups: int, prompt_tokens: int, new_tokens: int, turns: int, tool_tokens: int
+) -> None:
+    """Time the sampler on `rows` trajectories of `turns` turns, prefix cache off then on; print one row per turn."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cleaner.verl.cpu.generation import PrefixCache, SamplingRequest, generate_batch
+    from cleaner.verl.cpu.server import PREFIX_CACHE_MB
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    text = "Write a Python function that reads a list of intervals and merges the overlapping ones. "
+
+    def token_ids(prefix: str, count: int) -> list[int]:
+        ids = tokenizer.encode(prefix + text * (count // 10 + 1))[:count]
+        assert len(ids) == count
+        return ids
+
+    # GRPO: `groups` prompts, each sampled rows/groups times; the tool response is the same length every turn.
+    prompts = [token_ids(f"Problem {row % groups}. ", prompt_tokens) for row in range(rows)]
+    tool = token_ids("<tool_response>\n", tool_tokens)
+    print(f"rollout sampler: {model.name}, float32, {torch.get_num_threads()} threads, {rows} rows ({groups} prompts)")
+    print(" | ".join(["prefix cache", "turn", "prompt tokens", "reused tokens", "wall s", "CPU s", "load avg"]))
+    print(" | ".join("---" for _ in range(7)))
+    totals = {}
+    for cached in (False, True):
+        cache = PrefixCache(PREFIX_CACHE_MB * 2**20) if cached else None
+        conversation = [list(prompt) for prompt in prompts]
+        totals[cached] = [0.0, 0.0]
+        for turn in range(turns):
+            requests = [
+                SamplingRequest(ids, new_tokens, temperature=1.0, seed=1000 * row + turn, cache_key=f"row-{row}")
+                for row, ids in enumerate(conversation)
+            ]
+            reused_before = cache.stats["reused_tokens"] if cache else 0
+            wall, cpu = time.perf_counter(), time.process_time()
+            results = generate_batch(network, requests, tokenizer.pad_token_id or 0, torch.Generator(), cache)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            totals[cached][0] += wall
+            totals[cached][1] += cpu
+            reused = (cache.stats["reused_tokens"] if cache else 0) - reused_before
+            cells = ["on" if cached else "off", str(turn + 1), str(sum(map(len, conversation))), str(reused)]
+            print(" | ".join(cells + [f"{wall:.1f}", f"{cpu:.1f}", f"{os.getloadavg()[0]:.1f}"]))
+            conversation = [ids + result.token_ids + tool for ids, result in zip(conversation, results, strict=True)]
+    for cached, (wall, cpu) in totals.items():
+        print(f"prefix cache {'on' if cached else 'off'}: {wall:.1f} s wall, {cpu:.1f} s CPU for {turns} turns")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", choices=["tiny", "0.5b"], help="run the smoke recipe with it")
     parser.add_argument("--metrics", type=Path, action="append", help="read an existing run's metrics.jsonl")
     parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--rollout", choices=["tiny", "0.5b"], help="time the rollout sampler alone with it")
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--groups", type=int, default=2, help="distinct prompts among the rows")
+    parser.add_argument("--prompt-tokens", type=int, default=450)
+    parser.add_argument("--new-tokens", type=int, default=128, help="tokens sampled per row and turn")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--tool-tokens", type=int, default=60, help="tool response tokens between turns")
     args = parser.parse_args(argv)
-    if not args.model and not args.metrics:
-        parser.error("give --model and/or --metrics")
+    if not args.model and not args.metrics and not args.rollout:
+        parser.error("give --model, --metrics and/or --rollout")
     for metrics_file in args.metrics or []:
         print_table(metrics_file.parent.name, step_rows(metrics_file), None)
     with tempfile.TemporaryDirectory(prefix="train-cpu-bench-") as tmp:
@@ -160,6 +227,16 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.model or []:
             metrics_file, stats = run_smoke(model_dir(name, work), work / f"run-{name}", args.steps, MODEL_ENV[name])
             print_table(name, step_rows(metrics_file), stats)
+        if args.rollout:
+            rollout_benchmark(
+                model_dir(args.rollout, work),
+                args.rows,
+                args.groups,
+                args.prompt_tokens,
+                args.new_tokens,
+                args.turns,
+                args.tool_tokens,
+            )
     return 0
 
 
