@@ -8,9 +8,9 @@ LM head for the last prompt position only.
 
 Prefix cache: every turn of a multi-turn trajectory sends the whole conversation again (the previous prompt,
 the tokens sampled, the tool response). With a `PrefixCache`, a finished row leaves the keys and values of
-the tokens it processed under its request's `cache_key`; the next request with that key takes them back,
-keeps the longest common prefix of those tokens and its prompt (a rolled-back prompt shares only a part),
-and prefills only the rest. Rows with different cached lengths share one batch: each row's cached keys and
+the tokens it processed; a later request reuses those of the entry that shares the longest prefix with its
+prompt (a rolled-back prompt shares only a part) and prefills only the rest. Entries are matched by their
+tokens, not by a request id: verl's server manager sends every turn with a fresh request id. Rows with different cached lengths share one batch: each row's cached keys and
 values are left-padded to the longest, its new tokens are left-padded to the longest suffix, the padding is
 masked out and every row gets its own position ids, so a row's logits are those of its own tokens only.
 
@@ -47,7 +47,6 @@ class SamplingRequest:
     top_k: int = -1
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     seed: int | None = None
-    cache_key: str | None = None  # the prefix-cache key (verl's request_id: the same for every turn of a trajectory)
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -72,26 +71,28 @@ KeysValues = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys and valu
 
 @dataclass
 class _Entry:
-    tokens: list[int]
+    tokens: torch.Tensor
     layers: KeysValues
     nbytes: int
 
 
 class PrefixCache:
-    """Keys and values of the tokens each trajectory has processed, for its next turn (LRU, bounded).
+    """Keys and values of the token sequences the sampler has processed, for later prompts that extend them.
 
-    An entry is taken out when its key comes back (and put back, longer, when that row finishes), dropped when
-    it shares no prefix with the new prompt, evicted least recently stored first when the bounds are
-    exceeded, and all of them go at `clear()` (the owner calls it when the weights change: keys and values
-    of the old policy would make the next turn sample from a mixture). Thread-safe: the server's batches run
-    in a worker thread while its event loop may clear the cache."""
+    `take(prompt)` finds the entry sharing the longest prefix with the prompt; `put` stores a finished row's
+    tokens and drops the entry it grew from when the new one extends it whole (the old one can only match
+    less). Entries are evicted least recently used first beyond `max_bytes` or `max_entries`, and all go at
+    `clear()` (the owner calls it when the weights change: keys and values of the old policy would make the
+    next turn sample from a mixture). Thread-safe: the server's batches run in a worker thread while its event
+    loop may clear the cache."""
 
-    def __init__(self, max_bytes: int, max_entries: int = 512) -> None:
+    def __init__(self, max_bytes: int, max_entries: int = 256) -> None:
         if max_bytes < 1 or max_entries < 1:
             raise ValueError(f"prefix cache bounds must be positive, got {max_bytes} bytes, {max_entries} entries")
         self.max_bytes = max_bytes
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._next_id = 0
         self._bytes = 0
         self._lock = threading.Lock()
         self.stats = {"lookups": 0, "hits": 0, "reused_tokens": 0, "evictions": 0}
@@ -108,36 +109,44 @@ class PrefixCache:
             self._entries.clear()
             self._bytes = 0
 
-    def take(self, key: str, prompt_ids: list[int]) -> tuple[int, KeysValues | None]:
-        """Remove `key`'s entry; return how many leading prompt tokens it covers and their keys and values.
+    def take(self, prompt_ids: list[int]) -> tuple[int, KeysValues | None, int | None]:
+        """How many leading prompt tokens the best entry covers, their keys and values, and the entry's id.
 
         At least the last prompt token is always left to compute (its logits give the first new token)."""
+        prompt = torch.tensor(prompt_ids)
         with self._lock:
             self.stats["lookups"] += 1
-            entry = self._entries.pop(key, None)
-            if entry is None:
-                return 0, None
-            self._bytes -= entry.nbytes
-        limit = min(len(entry.tokens), len(prompt_ids) - 1)
-        common = 0
-        while common < limit and entry.tokens[common] == prompt_ids[common]:
-            common += 1
-        if common == 0:
-            return 0, None
-        with self._lock:
+            best, best_id = 0, None
+            for entry_id, entry in self._entries.items():
+                limit = min(len(entry.tokens), len(prompt) - 1)
+                common = int((entry.tokens[:limit] == prompt[:limit]).cumprod(0).sum())
+                if common > best:
+                    best, best_id = common, entry_id
+            if best_id is None:
+                return 0, None, None
+            self._entries.move_to_end(best_id)
             self.stats["hits"] += 1
-            self.stats["reused_tokens"] += common
-        return common, [(keys[:, :, :common], values[:, :, :common]) for keys, values in entry.layers]
+            self.stats["reused_tokens"] += best
+            layers = self._entries[best_id].layers
+        return best, [(keys[:, :, :best], values[:, :, :best]) for keys, values in layers], best_id
 
-    def put(self, key: str, tokens: list[int], layers: KeysValues) -> None:
+    def put(self, tokens: list[int], layers: KeysValues, grown_from: int | None = None) -> None:
+        """Store `tokens` with their keys and values; `grown_from` is the entry their prompt reused."""
+        new = torch.tensor(tokens)
         nbytes = sum(keys.nbytes + values.nbytes for keys, values in layers)
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
+            source = self._entries.get(grown_from) if grown_from is not None else None
+            if (
+                source is not None
+                and len(source.tokens) <= len(new)
+                and torch.equal(source.tokens, new[: len(source.tokens)])
+            ):
+                del self._entries[grown_from]
+                self._bytes -= source.nbytes
             if nbytes > self.max_bytes:
                 return
-            self._entries[key] = _Entry(tokens, layers, nbytes)
+            self._entries[self._next_id] = _Entry(new, layers, nbytes)
+            self._next_id += 1
             self._bytes += nbytes
             while self._bytes > self.max_bytes or len(self._entries) > self.max_entries:
                 _, evicted = self._entries.popitem(last=False)
@@ -213,19 +222,17 @@ def generate_batch(
 ) -> list[SamplingResult]:
     """Sample a continuation for every request; `rng` seeds the requests that carry no seed of their own.
 
-    With `prefix_cache`, requests with a `cache_key` reuse the cached keys and values of their prompt's
-    longest cached prefix and leave those of prompt + sampled tokens behind for the next turn."""
+    With `prefix_cache`, every request reuses the cached keys and values of its prompt's longest cached prefix
+    and leaves those of its prompt and sampled tokens behind for the next turn."""
     from transformers import DynamicCache
 
     generators = [_generator(request, rng) for request in requests]
-    reused, pasts = [], []
+    reused, pasts, sources = [], [], []
     for request in requests:
-        if prefix_cache is not None and request.cache_key is not None:
-            length, past = prefix_cache.take(request.cache_key, request.prompt_ids)
-        else:
-            length, past = 0, None
+        length, past, source = prefix_cache.take(request.prompt_ids) if prefix_cache is not None else (0, None, None)
         reused.append(length)
         pasts.append(past)
+        sources.append(source)
     past_width = max(reused)
     suffix_width = max(len(request.prompt_ids) - length for request, length in zip(requests, reused, strict=True))
     input_ids = torch.full((len(requests), suffix_width), pad_id, dtype=torch.long)
@@ -269,10 +276,10 @@ def generate_batch(
             elif len(result.token_ids) < request.max_tokens:
                 still_live.append(cache_row)
                 continue
-            if prefix_cache is not None and request.cache_key is not None:
+            if prefix_cache is not None:
                 # The cache holds the prompt and every sampled token but this last one (never fed to the model).
                 processed = request.prompt_ids + result.token_ids[:-1]
-                prefix_cache.put(request.cache_key, processed, _row_keys_values(cache, cache_row, attention))
+                prefix_cache.put(processed, _row_keys_values(cache, cache_row, attention), sources[index])
         if not still_live:
             return results
         if len(still_live) < len(live):

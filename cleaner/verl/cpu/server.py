@@ -7,9 +7,10 @@ passes. A weight sync (`begin_weight_update`, `load_weights` per bucket, `finish
 weights between batches: the trainer pushes the actor's weights through verl's weight-sync path after every
 step, so every batch samples from the current policy.
 
-Prefix cache (`generation.PrefixCache`, on unless `engine_kwargs.cleaner_cpu.prefix_cache: false`): verl's agent
-loops send the same `request_id` for every turn of a trajectory, and each turn's prompt is the conversation so
-far, so the server keeps each trajectory's keys and values between its turns and prefills only the new tokens.
+Prefix cache (`generation.PrefixCache`, on unless `engine_kwargs.cleaner_cpu.prefix_cache: false`): each turn
+of a trajectory sends the conversation so far (the last prompt, the tokens sampled, the tool response), so the
+server keeps the keys and values of what it processed and prefills only the new tokens of the next turn.
+Entries are matched by tokens: verl's server manager gives every turn a fresh request id.
 It is emptied when a weight sync begins (keys and values of the old weights would make the next turn
 off-policy) and when verl puts the replica to sleep or clears its KV cache (after every rollout: none of its
 trajectories comes back). The other sleep/wake calls of verl's replica protocol have no CPU meaning (no device
@@ -171,7 +172,6 @@ class CpuGenerationServer:
             self._eos_ids,
             self.max_new_tokens,
         )
-        request.cache_key = request_id
         future = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         if self._batch_task is None or self._batch_task.done():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 
 import pytest
@@ -195,31 +194,37 @@ def _run(model, requests: list[SamplingRequest], cache: PrefixCache | None = Non
     return generate_batch(model, requests, 0, torch.Generator().manual_seed(0), cache)
 
 
-def _greedy(prompt: list[int], key: str | None = None, max_tokens: int = 8) -> SamplingRequest:
-    return SamplingRequest(prompt, max_tokens=max_tokens, temperature=0, cache_key=key)
+def _greedy(prompt: list[int], max_tokens: int = 8) -> SamplingRequest:
+    return SamplingRequest(prompt, max_tokens=max_tokens, temperature=0)
 
 
 def _assert_as_alone(model, request: SamplingRequest, result: SamplingResult) -> None:
-    reference = _run(model, [dataclasses.replace(request, cache_key=None)])[0]
+    reference = _run(model, [request])[0]
     assert result.token_ids == reference.token_ids
     assert result.log_probs == pytest.approx(reference.log_probs, abs=1e-4)
     assert result.finish_reason == reference.finish_reason
 
 
+def _common(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
 def test_a_continued_conversation_prefills_only_the_new_tokens_and_samples_the_same(model, tokenizer):
     cache = PrefixCache(max_bytes=2**30)
     prompt = _prompt(tokenizer, "write a function")
-    first = _run(model, [_greedy(prompt, "t")], cache)[0]
+    first = _run(model, [_greedy(prompt)], cache)[0]
     assert cache.stats["hits"] == 0 and len(cache) == 1
+    tool = tokenizer.encode(TOOL_RESPONSE)
     reused = 0
     for turn in range(2):
-        prompt = prompt + first.token_ids + tokenizer.encode(TOOL_RESPONSE)
+        prompt = prompt + first.token_ids + tool
         # The entry holds everything the last call processed: its prompt and its tokens but the last one.
-        reused += len(prompt) - len(tokenizer.encode(TOOL_RESPONSE)) - 1
-        request = _greedy(prompt, "t")
+        reused += len(prompt) - len(tool) - 1
+        request = _greedy(prompt)
         result = _run(model, [request], cache)[0]
         assert cache.stats["hits"] == turn + 1 and cache.stats["reused_tokens"] == reused
         _assert_as_alone(model, request, result)
+        assert len(cache) == 1  # the longer entry replaces the one it grew from
         first = result
 
 
@@ -227,24 +232,24 @@ def test_a_continued_conversation_prefills_only_the_new_tokens_and_samples_the_s
 def test_a_rolled_back_prompt_reuses_only_the_common_prefix(model, tokenizer, case):
     cache = PrefixCache(max_bytes=2**30)
     prompt = _prompt(tokenizer, "write a function")
-    first = _run(model, [_greedy(prompt, "t")], cache)[0]
+    first = _run(model, [_greedy(prompt)], cache)[0]
     assert len(first.token_ids) == 8
     cached = prompt + first.token_ids[:-1]
     retry = tokenizer.encode("a different retry")
-    new_prompt, common = {
+    new_prompt, common, entries = {
         # SAAR cuts a failed code cell out and continues after the turn's first tokens.
-        "rollback": (prompt + first.token_ids[:3] + retry, len(prompt) + 3),
+        "rollback": (prompt + first.token_ids[:3] + retry, len(prompt) + 3, 2),
         # Nothing new: the last prompt token is computed again, for its logits.
-        "prompt_is_the_cached_tokens": (cached, len(cached) - 1),
-        "shorter_prompt": (prompt[:5], 4),
-        "unrelated_prompt": (retry + prompt, 0),
+        "prompt_is_the_cached_tokens": (cached, len(cached) - 1, 1),
+        "shorter_prompt": (prompt[:5], 4, 2),
+        "unrelated_prompt": (retry + prompt, 0, 2),
     }[case]
-    request = _greedy(new_prompt, "t")
+    request = _greedy(new_prompt)
     result = _run(model, [request], cache)[0]
     assert cache.stats["reused_tokens"] == common and cache.stats["hits"] == (common > 0)
     _assert_as_alone(model, request, result)
-    assert len(cache) == 1  # the entry now holds the new call's tokens
-    follow_up = _greedy(new_prompt + result.token_ids + retry, "t")
+    assert len(cache) == entries
+    follow_up = _greedy(new_prompt + result.token_ids + retry)
     _assert_as_alone(model, follow_up, _run(model, [follow_up], cache)[0])
     assert cache.stats["reused_tokens"] == common + len(new_prompt) + len(result.token_ids) - 1
 
@@ -253,21 +258,35 @@ def test_batched_rows_with_different_cached_lengths_are_independent(model, token
     cache = PrefixCache(max_bytes=2**30)
     long_prompt = _prompt(tokenizer, "a much longer prompt " * 8)
     short_prompt = _prompt(tokenizer, "hi")
-    long_first, short_first = _run(model, [_greedy(long_prompt, "long"), _greedy(short_prompt, "short", 3)], cache)
+    long_first, short_first = _run(model, [_greedy(long_prompt), _greedy(short_prompt, 3)], cache)
+    long_cached, short_cached = long_prompt + long_first.token_ids[:-1], short_prompt + short_first.token_ids[:-1]
     tool = tokenizer.encode(TOOL_RESPONSE)
+    fresh = _prompt(tokenizer, "fresh")  # shares only the chat template's opening with the cached rows
     requests = [
-        _greedy(long_prompt + long_first.token_ids + tool, "long", max_tokens=4),
-        SamplingRequest(short_prompt + short_first.token_ids + tool, 10, temperature=1.0, seed=5, cache_key="short"),
-        SamplingRequest(_prompt(tokenizer, "fresh"), 6, temperature=0.8, top_p=0.9, seed=9, cache_key="fresh"),
+        _greedy(long_cached + long_first.token_ids[-1:] + tool, max_tokens=4),
+        SamplingRequest(short_cached + short_first.token_ids[-1:] + tool, 10, temperature=1.0, seed=5),
+        SamplingRequest(fresh, 6, temperature=0.8, top_p=0.9, seed=9),
     ]
     results = _run(model, requests, cache)
-    assert cache.stats["hits"] == 2
-    assert cache.stats["reused_tokens"] == len(requests[0].prompt_ids) + len(requests[1].prompt_ids) - 2 * (
-        len(tool) + 1
-    )
+    fresh_common = max(_common(fresh, long_cached), _common(fresh, short_cached))
+    assert 0 < fresh_common < len(fresh) - 1 and cache.stats["hits"] == 3
+    assert cache.stats["reused_tokens"] == len(long_cached) + len(short_cached) + fresh_common
     for request, result in zip(requests, results, strict=True):
         _assert_as_alone(model, request, result)
     assert len(cache) == 3
+
+
+def test_rows_with_the_same_prompt_each_continue_from_their_own_tokens(model, tokenizer):
+    cache = PrefixCache(max_bytes=2**30)
+    prompt = _prompt(tokenizer, "one problem, a group of samples")
+    firsts = _run(model, [SamplingRequest(prompt, 8, temperature=1.0, seed=seed) for seed in (1, 2)], cache)
+    assert firsts[0].token_ids != firsts[1].token_ids
+    tool = tokenizer.encode(TOOL_RESPONSE)
+    requests = [SamplingRequest(prompt + first.token_ids + tool, 8, temperature=1.0, seed=3) for first in firsts]
+    results = _run(model, list(reversed(requests)), cache)
+    assert cache.stats["reused_tokens"] == 2 * len(prompt) + sum(len(first.token_ids) - 1 for first in firsts)
+    for request, result in zip(reversed(requests), results, strict=True):
+        _assert_as_alone(model, request, result)
 
 
 def test_the_prefix_cache_is_bounded_and_drops_what_cannot_be_reused():
@@ -276,21 +295,30 @@ def test_the_prefix_cache_is_bounded_and_drops_what_cannot_be_reused():
 
     entry_bytes = 3 * 2 * (2 * 10 * 4 * 4)  # layers x (keys, values) x float32 [1, 2, 10, 4]
     cache = PrefixCache(max_bytes=2 * entry_bytes + 1, max_entries=3)
-    for key in "abc":
-        cache.put(key, list(range(10)), layers(10))
+    for first in (100, 200, 300):
+        cache.put([first, *range(9)], layers(10))
     assert len(cache) == 2 and cache.nbytes == 2 * entry_bytes and cache.stats["evictions"] == 1
-    assert cache.take("a", list(range(20))) == (0, None)  # least recently stored went first
-    cache.put("big", list(range(30)), layers(30))  # larger than the whole bound: not kept, nothing evicted
-    assert len(cache) == 2 and cache.take("big", list(range(40))) == (0, None)
+    assert cache.take([100, 0, 1, 2]) == (0, None, None)  # least recently used went first
+    assert cache.take([200, 0, 1, 2])[0] == 3  # now 200 was used last: 300 goes next
+    cache.put([400, *range(9)], layers(10))
+    assert cache.take([300, 0, 1, 2])[0] == 0 and cache.take([200, 0, 1, 2])[0] == 3
+    cache.put(list(range(30)), layers(30))  # larger than the whole bound: not kept, nothing evicted
+    assert len(cache) == 2 and cache.take(list(range(40)))[0] == 0
 
     cache = PrefixCache(max_bytes=2**30, max_entries=2)
-    for key in "abc":
-        cache.put(key, list(range(10)), layers(10))
+    for first in (100, 200, 300):
+        cache.put([first, *range(9)], layers(10))
     assert len(cache) == 2 and cache.stats["evictions"] == 1
-    # A prompt with no common prefix drops the entry; a taken entry leaves the cache until it is put back.
-    assert cache.take("b", [99, 1, 2]) == (0, None) and len(cache) == 1
-    common, past = cache.take("c", [0, 1, 2, 99, 5])
-    assert common == 3 and past[0][0].shape == (1, 2, 3, 4) and len(cache) == 0 and cache.nbytes == 0
+    common, past, source = cache.take([300, 0, 1, 99, 5])
+    assert common == 3 and past[0][0].shape == (1, 2, 3, 4)
+    # A row that grew the entry whole replaces it; one that cut into it (a rollback) leaves it for LRU.
+    cache.put([300, *range(12)], layers(13), grown_from=source)
+    assert len(cache) == 2 and cache.nbytes == entry_bytes + entry_bytes * 13 // 10
+    common, _, source = cache.take([300, 0, 1, 2, 3, 99])
+    cache.put([300, 0, 1, 2, 3, 99], layers(6), grown_from=source)
+    assert len(cache) == 2 and cache.take([300, *range(12), 7])[0] == 13
+    cache.clear()
+    assert len(cache) == 0 and cache.nbytes == 0
 
 
 class _NoCacheConfig(_Config):
