@@ -65,6 +65,27 @@ def test_marker_like_text_is_just_output_and_cannot_forge_cost(sandbox):
     assert 0.3 <= result.cost_s < 1.0
 
 
+@pytest.mark.parametrize("forged", [b"[" * 60000, b"\xff{", b"[1, 2]", b"{"])
+def test_a_forged_exception_report_is_no_report_and_the_next_run_is_unaffected(sandbox, forged):
+    # The report pipe is the only descriptor above 2 a program inherits; what it writes there reaches the supervisor
+    # undecoded, so garbage, a non-object or JSON nested too deep for the decoder must mean "no report".
+    result = run(
+        sandbox,
+        f"""
+        import os
+        for fd in sorted(int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2):
+            try:
+                os.write(fd, {forged!r})
+            except OSError:
+                pass
+        print("wrote")
+        """,
+    )
+    assert result.exit_code == 0 and result.stdout == "wrote\n"
+    assert result.exception_type is None and result.limit_hit is None
+    assert run(sandbox, "print(int(input()) + 1)", "41\n").stdout == "42\n"
+
+
 def test_uncaught_exception_reports_type_line_message_with_the_users_own_line_numbers(sandbox):
     result = run(
         sandbox,

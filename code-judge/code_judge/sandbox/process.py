@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -15,9 +16,10 @@ from .config import SandboxConfig
 from .errors import SandboxCrashed, SandboxUnavailable
 from .launcher import launch_spec, start_process
 from .priority import descendants
+from .zygote import MAX_REPORT_BYTES, REPLY, REQUEST
 
 logger = logging.getLogger(__name__)
-MAX_REPLY_BYTES = 65536
+MAX_REPLY_BYTES = REPLY.size + MAX_REPORT_BYTES
 STDERR_TAIL_BYTES = 4000
 CLOSE_TIMEOUT_S = 5.0
 
@@ -45,13 +47,14 @@ class ZygoteProcess:
         finally:
             child_sock.close()
         try:
-            ready = self.receive(time.monotonic() + config.startup_timeout_s)
+            message = self._receive(time.monotonic() + config.startup_timeout_s)
         except SandboxCrashed as error:
             raise SandboxUnavailable(f"the {config.mode} sandbox failed to start: {error}") from error
-        if ready is None:
+        if message is None:
             raise SandboxUnavailable(
                 f"the {config.mode} sandbox did not start within {config.startup_timeout_s} s ({self.kill()})"
             )
+        ready = json.loads(message)
         self.base_vm_bytes: int = ready["base_vm_bytes"]
         self.packages: frozenset[str] = frozenset(ready["packages"])
         # The zygote's own pid on the host: bwrap's only child, or the process we started in insecure mode.
@@ -70,14 +73,28 @@ class ZygoteProcess:
             ready["huge_bytes"] >> 20,
         )
 
-    def send(self, request: dict, fds: list[int]) -> None:
+    def send(
+        self,
+        fds: list[int],
+        wall_time_s: float,
+        cpu_time_s: float,
+        address_space_bytes: int,
+        max_processes: int,
+        max_file_size_bytes: int,
+    ) -> None:
+        """Hand the zygote one program: its descriptors (source, stdin, stdout, stderr) and limits."""
+        request = REQUEST.pack(wall_time_s, cpu_time_s, address_space_bytes, max_processes, max_file_size_bytes)
         try:
-            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+            socket.send_fds(self.sock, [request], fds)
         except OSError as error:
             raise SandboxCrashed(f"the sandbox zygote is gone: {self.kill()}") from error
 
     def receive(self, deadline: float) -> dict | None:
-        """The zygote's next reply, or None when the deadline passed; SandboxCrashed when it is gone."""
+        """The zygote's reply to a run, or None when the deadline passed; SandboxCrashed when it is gone."""
+        message = self._receive(deadline)
+        return None if message is None else decode_reply(message)
+
+    def _receive(self, deadline: float) -> bytes | None:
         self.sock.settimeout(max(0.0, deadline - time.monotonic()))
         try:
             message = self.sock.recv(MAX_REPLY_BYTES)
@@ -88,7 +105,7 @@ class ZygoteProcess:
             raise SandboxCrashed(f"the sandbox zygote is gone: {self.kill()}") from error
         if not message:
             raise SandboxCrashed(f"the sandbox zygote is gone: {self.kill()}")
-        return json.loads(message)
+        return message
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -131,3 +148,26 @@ def kill_quietly(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def decode_reply(message: bytes) -> dict:
+    retire, exit_code, signal_number, cost_s, cpu_s, total_cpu_s, cpu_wait_s, timed_out, strays = REPLY.unpack_from(
+        message
+    )
+    try:
+        # Written by the program's own process: anything that is not a JSON object counts as no report.
+        report = json.loads(message[REPLY.size :]) if len(message) > REPLY.size else None
+    except (ValueError, RecursionError):
+        report = None
+    return {
+        "retire": retire,
+        "exit_code": None if exit_code < 0 else exit_code,
+        "signal": signal_number or None,
+        "cost_s": cost_s,
+        "cpu_s": cpu_s,
+        "total_cpu_s": total_cpu_s,
+        "cpu_wait_s": None if math.isnan(cpu_wait_s) else cpu_wait_s,
+        "timed_out": timed_out,
+        "strays": strays,
+        "report": report if isinstance(report, dict) else None,
+    }

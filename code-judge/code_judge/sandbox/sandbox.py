@@ -249,15 +249,15 @@ class Sandbox:
             stdout_write,
             stderr_write,
         ]
-        request = {
-            "wall_time_s": limits.wall_time_s,
-            "cpu_time_s": limits.cpu_time_s,
-            "address_space_bytes": self._base_vm_bytes + limits.memory_bytes,
-            "max_processes": limits.max_processes,
-            "max_file_size_bytes": limits.max_file_size_bytes,
-        }
         try:
-            zygote.send(request, handed_over)
+            zygote.send(
+                handed_over,
+                wall_time_s=limits.wall_time_s,
+                cpu_time_s=limits.cpu_time_s,
+                address_space_bytes=self._base_vm_bytes + limits.memory_bytes,
+                max_processes=limits.max_processes,
+                max_file_size_bytes=limits.max_file_size_bytes,
+            )
         except SandboxCrashed:
             os.close(stdout_read)
             os.close(stderr_read)

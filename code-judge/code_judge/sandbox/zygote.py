@@ -2,8 +2,10 @@
 
 This file is executed by the sandbox's own Python (`python3 -I -c <this source> <config json>`), so it
 uses the standard library only and never imports `code_judge`. The supervisor talks to it over one
-SOCK_SEQPACKET socket: a request is a small JSON message carrying four file descriptors (source, stdin,
-stdout, stderr); the reply is a JSON message with what the zygote measured.
+SOCK_SEQPACKET socket: a request is a small fixed-layout message (REQUEST) carrying four file descriptors (source,
+stdin, stdout, stderr); the reply is a fixed-layout message (REPLY) with what the zygote measured, followed by the
+child's report as it wrote it. Only the start-up message is JSON: per run, json's encoder and decoder would dirty
+(and so, after every fork, copy) ~70 of the zygote's pages.
 
 What the zygote measures (exit status, signal, wall time, CPU time, timeouts) comes from the kernel via
 wait4, never from the program. Only the `report` (exception type/line/message) is written by the forked
@@ -21,6 +23,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -40,6 +43,11 @@ WORKDIR_VARIABLES = ("HOME", "TMPDIR", "PWD")
 # The child's stdout/stderr/stdin are rebuilt on these descriptors.
 STDIN_FD, STDOUT_FD, STDERR_FD = 0, 1, 2
 SIGINT = int(signal.SIGINT)
+# wall_time_s, cpu_time_s, address_space_bytes, max_processes, max_file_size_bytes.
+REQUEST = struct.Struct("<ddqqq")
+# retire, exit_code (-1: none), signal (0: none), cost_s, cpu_s, total_cpu_s, cpu_wait_s (NaN: unknown), timed_out,
+# strays; the child's report (JSON it wrote itself, possibly empty) follows.
+REPLY = struct.Struct("<?iidddd?q")
 
 
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -139,17 +147,17 @@ def vm_size_bytes() -> int:
     raise RuntimeError("VmSize missing from /proc/self/status")
 
 
-def rlimits_for(request: dict) -> tuple:
+def rlimits_for(cpu_time_s: float, address_space_bytes: int, max_processes: int, max_file_size_bytes: int) -> tuple:
     """The run's limits as (resource, (soft, hard)) pairs."""
     # soft == hard: an unprivileged program cannot raise a hard limit, so it cannot lift these.
-    cpu = max(1, math.ceil(request["cpu_time_s"]))
+    cpu = max(1, math.ceil(cpu_time_s))
     return (
         # Set by the supervisor: the program's budget on top of what the largest zygote maps before any program.
-        (resource.RLIMIT_AS, (request["address_space_bytes"],) * 2),
+        (resource.RLIMIT_AS, (address_space_bytes,) * 2),
         # SIGXCPU at the soft limit, SIGKILL one second later for a program that ignores SIGXCPU.
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_NPROC, (request["max_processes"],) * 2),
-        (resource.RLIMIT_FSIZE, (request["max_file_size_bytes"],) * 2),
+        (resource.RLIMIT_NPROC, (max_processes,) * 2),
+        (resource.RLIMIT_FSIZE, (max_file_size_bytes,) * 2),
         (resource.RLIMIT_CORE, (0, 0)),
     )
 
@@ -185,39 +193,38 @@ class Zygote:
         # Move every preloaded object out of the collector's reach: otherwise the first full collection in a
         # child walks (and so copies, page by page) the whole inherited heap, ~40 ms with sympy loaded.
         gc.freeze()
+        gc.disable()
         self.huge_bytes = collapse_heap_into_huge_pages()
         self.base_vm_bytes = vm_size_bytes()
 
     def serve(self) -> None:
-        self.send(
-            {
-                "ready": True,
-                "base_vm_bytes": self.base_vm_bytes,
-                "packages": loaded_packages(),
-                "huge_bytes": self.huge_bytes,
-                "python": sys.version.split()[0],
-            }
-        )
+        ready = {
+            "ready": True,
+            "base_vm_bytes": self.base_vm_bytes,
+            "packages": loaded_packages(),
+            "huge_bytes": self.huge_bytes,
+            "python": sys.version.split()[0],
+        }
+        self.sock.send(json.dumps(ready).encode())
         while True:
             message, fds, _, _ = socket.recv_fds(self.sock, MAX_REQUEST_BYTES, 4)
             if not message:
                 return
-            reply = self.run(json.loads(message), fds)
-            self.send(reply)
-            if reply["retire"]:
+            reply, retire = self.run(REQUEST.unpack(message), fds)
+            self.sock.send(reply)
+            if retire:
                 return
             # For the next child, done here rather than in it: the last child has exited, so these pages are ours
             # alone again and cheap to write, whereas the child would copy each one it touches. After the reply,
             # so the verdict does not wait for it.
             reseed_preloaded_generators()
 
-    def send(self, reply: dict) -> None:
-        self.sock.send(json.dumps(reply).encode())
-
-    def run(self, request: dict, fds: list) -> dict:
+    def run(self, request: tuple, fds: list) -> tuple:
+        """Run one program; return the reply and whether this zygote must retire."""
+        wall_time_s, *limits = request
         workdir = self.make_workdir()
         # Worked out here rather than in the child, where every object built costs page copies.
-        rlimits = rlimits_for(request)
+        rlimits = rlimits_for(*limits)
         source_path = os.path.join(workdir, SOURCE_NAME)
         report_read, report_write = os.pipe()
         cpu_before = children_cpu_seconds()
@@ -232,7 +239,7 @@ class Zygote:
         for fd in fds:
             os.close(fd)
         os.close(report_write)
-        timed_out = not wait_for_exit(pid, request["wall_time_s"])
+        timed_out = not wait_for_exit(pid, wall_time_s)
         cpu_wait_s = None
         if timed_out:
             # Read before the kill: once the processes are gone, so is their scheduler record.
@@ -242,20 +249,20 @@ class Zygote:
         cost_s = time.monotonic() - started
         strays = self.kill_everything()
         report = read_report(report_read)
-        clean = self.wipe(workdir)
-        return {
-            "retire": not clean,
-            "exit_code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "cost_s": cost_s,
-            "cpu_s": usage.ru_utime + usage.ru_stime,
+        retire = not self.wipe(workdir)
+        reply = REPLY.pack(
+            retire,
+            os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else -1,
+            os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0,
+            cost_s,
+            usage.ru_utime + usage.ru_stime,
             # Every process of the run has been reaped by now (by us: we are their init or subreaper).
-            "total_cpu_s": children_cpu_seconds() - cpu_before,
-            "cpu_wait_s": cpu_wait_s,
-            "timed_out": timed_out,
-            "strays": strays,
-            "report": report,
-        }
+            children_cpu_seconds() - cpu_before,
+            math.nan if cpu_wait_s is None else cpu_wait_s,
+            timed_out,
+            strays,
+        )
+        return reply + report, retire
 
     def cpu_wait_seconds(self):
         """Seconds the run's live processes spent runnable but waiting for a CPU, or None where unknown."""
@@ -430,7 +437,8 @@ def list_dir(path: str) -> list:
         return []
 
 
-def read_report(fd: int):
+def read_report(fd: int) -> bytes:
+    """What the child wrote to its report pipe (JSON, or nothing), passed on undecoded to the supervisor."""
     chunks, size = [], 0
     while size < MAX_REPORT_BYTES:
         chunk = os.read(fd, MAX_REPORT_BYTES - size)
@@ -439,10 +447,7 @@ def read_report(fd: int):
         chunks.append(chunk)
         size += len(chunk)
     os.close(fd)
-    try:
-        return json.loads(b"".join(chunks)) if chunks else None
-    except ValueError:
-        return None
+    return b"".join(chunks)
 
 
 def reseed_preloaded_generators() -> None:
@@ -487,6 +492,7 @@ def prepare_child(rlimits: tuple, workdir: str, source_path: str, fds: list, str
     # A session of its own: where the kernel groups sessions for CPU sharing (autogroup), each run is one group,
     # so the supervisor can lower a long run's priority without lowering ours, and a run's share does not grow
     # with the number of processes it starts.
+    gc.enable()
     os.setsid()
     os.dup2(stdin_fd, STDIN_FD)
     os.dup2(stdout_fd, STDOUT_FD)
