@@ -187,3 +187,32 @@ def test_every_run_gets_fresh_standard_streams_of_the_right_kind(sandbox):
         result = run(sandbox, source, stdin=text)
         assert result.stdout == f"{first_line} True False False\n"
         assert result.stderr == "utf-8 True True\n"
+
+
+def test_what_a_program_changes_in_its_interpreter_is_gone_in_the_next_run(sandbox):
+    # Every run is a fresh fork of the zygote, whose sys.std* are the programs' streams: a program that closes,
+    # replaces or reconfigures them, or changes module, gc or sys state, leaves nothing for the next one.
+    spoiler = """
+        import gc, io, math, sys
+        gc.disable()
+        gc.set_threshold(1)
+        math.pi = 3
+        sys.setrecursionlimit(60)
+        sys.modules["json"] = None
+        sys.stdin.read()
+        sys.stdout.write("partial, never flushed")
+        sys.stdout.reconfigure(line_buffering=True)
+        sys.__stdout__.close()
+        sys.stderr = io.StringIO()
+        sys.__stderr__.close()
+        sys.stdout = io.StringIO()
+        """
+    checker = """
+        import gc, json, math, sys
+        print(input(), gc.isenabled(), gc.get_threshold()[0] > 1, math.pi > 3.14, sys.getrecursionlimit() >= 1000)
+        print(sys.stdout is sys.__stdout__, sys.stdout.line_buffering, sys.stderr is sys.__stderr__, file=sys.stderr)
+        """
+    run(sandbox, spoiler, stdin="spoiled\n")
+    result = run(sandbox, checker, stdin="fresh\n")
+    assert result.stdout == "fresh True True True True\n"
+    assert result.stderr == "True False True\n"
