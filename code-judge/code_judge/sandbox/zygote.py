@@ -198,7 +198,6 @@ class Zygote:
         # Move every preloaded object out of the collector's reach: otherwise the first full collection in a
         # child walks (and so copies, page by page) the whole inherited heap, ~40 ms with sympy loaded.
         gc.freeze()
-        gc.disable()
         self.huge_bytes = collapse_heap_into_huge_pages()
         self.base_vm_bytes = vm_size_bytes()
 
@@ -497,7 +496,6 @@ def prepare_child(rlimits: tuple, workdir: str, source_path: str, fds: list) -> 
     # A session of its own: where the kernel groups sessions for CPU sharing (autogroup), each run is one group,
     # so the supervisor can lower a long run's priority without lowering ours, and a run's share does not grow
     # with the number of processes it starts.
-    gc.enable()
     os.setsid()
     os.dup2(stdin_fd, STDIN_FD)
     os.dup2(stdout_fd, STDOUT_FD)
