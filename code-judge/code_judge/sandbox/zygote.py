@@ -243,7 +243,9 @@ class Zygote:
         for fd in fds:
             os.close(fd)
         os.close(report_write)
-        timed_out = not wait_for_exit(pid, wall_time_s)
+        # The cap runs from the fork, not from here: a zygote descheduled after the fork must not give the program
+        # extra time (a program sleeping exactly the limit then finished first on a loaded machine).
+        timed_out = not wait_for_exit(pid, started + wall_time_s)
         cpu_wait_s = None
         if timed_out:
             # Read before the kill: once the processes are gone, so is their scheduler record.
@@ -381,17 +383,18 @@ SYSV_IPC_REMOVERS = {
 }
 
 
-def wait_for_exit(pid: int, timeout_s: float) -> bool:
-    """Wait until the child exits or the timeout passes; True when it exited."""
+def wait_for_exit(pid: int, deadline: float) -> bool:
+    """Wait until the child exits or the `time.monotonic()` deadline passes; True when it exited."""
     pidfd = os.pidfd_open(pid)
     try:
-        deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
+            # Polled once more when already past the deadline: a child that exited while we were not running
+            # (we are late, not the program) still counts as exited.
+            if select.select([pidfd], [], [], max(0.0, remaining))[0]:
+                return True
             if remaining <= 0:
                 return False
-            if select.select([pidfd], [], [], remaining)[0]:
-                return True
     finally:
         os.close(pidfd)
 
