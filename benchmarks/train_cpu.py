@@ -188,7 +188,7 @@ def rollout_benchmark(
         totals[cached] = [0.0, 0.0]
         for turn in range(turns):
             requests = [
-                SamplingRequest(ids, new_tokens, temperature=1.0, seed=1000 * row + turn, cache_key=f"row-{row}")
+                SamplingRequest(ids, new_tokens, temperature=1.0, seed=1000 * row + turn)
                 for row, ids in enumerate(conversation)
             ]
             reused_before = cache.stats["reused_tokens"] if cache else 0
