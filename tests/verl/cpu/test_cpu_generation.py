@@ -15,6 +15,8 @@ from cleaner.verl.cpu.generation import (
     PrefixCache,
     SamplingRequest,
     SamplingResult,
+    _draw,
+    _filtered_probs,
     generate_batch,
 )
 from cleaner.verl.cpu.rollout import CpuServerAdapter
@@ -76,6 +78,32 @@ def test_stop_tokens_end_a_row_and_top_k_1_is_greedy(model, tokenizer):
     )[0]
     assert stopped.token_ids == greedy.token_ids[: greedy.token_ids.index(stop_at) + 1]
     assert stopped.finish_reason == FINISH_STOP
+
+
+def test_draws_follow_the_distribution_and_never_pick_a_zero_probability_token():
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0])
+    generator = torch.Generator().manual_seed(0)
+    counts = torch.bincount(torch.tensor([_draw(probs, generator) for _ in range(20_000)]), minlength=5)
+    assert counts[1] == 0 and counts[4] == 0
+    assert torch.allclose(counts.double() / 20_000, probs.double(), atol=0.015)
+    # Same generator state, same token: a seeded request is reproducible.
+    assert [_draw(probs, torch.Generator().manual_seed(7)) for _ in range(3)] == [
+        _draw(probs, torch.Generator().manual_seed(7))
+    ] * 3
+
+
+def _full_sort_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_probs, order = torch.sort(probs, descending=True)
+    drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= top_p
+    kept = torch.zeros_like(probs).scatter(0, order, sorted_probs.masked_fill(drop, 0.0))
+    return kept / kept.sum()
+
+
+@pytest.mark.parametrize("spread", [0.3, 3.0, 30.0])  # peaked (nucleus in the top 256), medium, flat (full sort)
+def test_top_p_over_the_most_likely_candidates_equals_sorting_the_whole_vocabulary(spread):
+    logits = torch.randn(151_936, generator=torch.Generator().manual_seed(1)) / spread * 10
+    for top_p in (0.6, 0.95):
+        assert torch.allclose(_filtered_probs(logits, -1, top_p), _full_sort_nucleus(torch.softmax(logits, -1), top_p))
 
 
 def test_sampling_params_are_mapped_and_bad_ones_refused():
