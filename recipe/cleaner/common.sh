@@ -43,6 +43,8 @@ export CLEANER_ROOT
 : "${ROLLOUT_TP:=1}"
 : "${OFFLOAD:=True}"
 : "${DTYPE:=float16}"
+# Recompute activations in the backward pass: what lets long (20k-token) responses fit in GPU memory.
+: "${GRADIENT_CHECKPOINTING:=True}"
 # Validation sampling (the paper's protocol: temperature 1.0, top_p 0.6).
 : "${VAL_N:=16}"
 : "${VAL_TEMPERATURE:=1.0}"
@@ -126,7 +128,7 @@ cleaner_overrides() {
         data.truncation=error
         "actor_rollout_ref.model.path=$MODEL_PATH"
         actor_rollout_ref.model.use_remove_padding=True
-        actor_rollout_ref.model.enable_gradient_checkpointing=True
+        "actor_rollout_ref.model.enable_gradient_checkpointing=$GRADIENT_CHECKPOINTING"
         actor_rollout_ref.actor.strategy=fsdp2
         actor_rollout_ref.actor.use_kl_loss=False
         actor_rollout_ref.actor.kl_loss_coef=0.0

@@ -15,6 +15,9 @@ It is emptied when a weight sync begins (keys and values of the old weights woul
 off-policy) and when verl puts the replica to sleep or clears its KV cache (after every rollout: none of its
 trajectories comes back). The other sleep/wake calls of verl's replica protocol have no CPU meaning (no device
 memory to free) and return at once.
+
+Decoding steps use weight-major matrix products (`weight_major`, on unless
+`engine_kwargs.cleaner_cpu.weight_major_matmul: false`): about 30 % less time per step of 8 rows.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ import torch
 from verl.workers.rollout.replica import TokenOutput
 
 from .generation import FINISH_STOP, PrefixCache, SamplingRequest, generate_batch
+from .weight_major import use_weight_major_matmul
 
 logger = logging.getLogger(__name__)
 
 # Sampling keys verl's agent loops send that this server honours, beyond the ones mapped to SamplingRequest.
 _ACCEPTED_AND_IGNORED = {"logprobs"}
 ENGINE_KWARGS_KEY = "cleaner_cpu"
-_ENGINE_KWARGS = {"max_new_tokens", "prefix_cache", "prefix_cache_mb"}
+_ENGINE_KWARGS = {"max_new_tokens", "prefix_cache", "prefix_cache_mb", "weight_major_matmul"}
 PREFIX_CACHE_MB = 1024  # default bound; the 0.5B model's keys and values take 24 KB per token in float32
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
@@ -110,6 +114,12 @@ class CpuGenerationServer:
         self.prefix_cache: PrefixCache | None = None
         if engine_kwargs.get("prefix_cache", True):
             self.prefix_cache = PrefixCache(int(float(engine_kwargs.get("prefix_cache_mb", PREFIX_CACHE_MB)) * 2**20))
+        self.weight_major_matmul = engine_kwargs.get("weight_major_matmul", True)
+        if not isinstance(self.weight_major_matmul, bool):
+            raise ValueError(
+                f"engine_kwargs.{ENGINE_KWARGS_KEY}.weight_major_matmul must be true or false, "
+                f"not {self.weight_major_matmul!r}"
+            )
         self.model: torch.nn.Module | None = None
         self.weights_step: int | None = None
         self._pending: list[tuple[SamplingRequest, asyncio.Future]] = []
@@ -132,6 +142,8 @@ class CpuGenerationServer:
         path = self.model_config.local_path
         dtype = rollout_dtype(self.config.dtype)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+        if self.weight_major_matmul:
+            use_weight_major_matmul(self.model)
         layer_types = set(getattr(self.model.config, "layer_types", None) or ["full_attention"])
         if self.prefix_cache is not None and layer_types != {"full_attention"}:
             # The cache is rebuilt from plain per-layer tensors; sliding-window layers would need their own layout.

@@ -381,3 +381,18 @@ async def test_the_server_empties_the_prefix_cache_when_weights_change_and_after
     with pytest.raises(ValueError, match="unknown keys \\['prefix_cache_size'\\]"):
         bad = type("_BadConfig", (_Config,), {"engine_kwargs": {"cleaner_cpu": {"prefix_cache_size": 1}}})
         CpuGenerationServer(bad(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
+
+
+async def test_weight_major_layers_are_a_server_option_that_is_on_by_default(tiny_model_dir, tokenizer, monkeypatch):
+    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
+
+    def server_with(**options):
+        config = type("_Options", (_Config,), {"engine_kwargs": {"cleaner_cpu": options}})
+        return CpuGenerationServer(config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
+
+    default, off = server_with(), server_with(weight_major_matmul=False)
+    await default.launch()
+    await off.launch()
+    assert "forward" in vars(default.model.lm_head) and "forward" not in vars(off.model.lm_head)
+    with pytest.raises(ValueError, match="weight_major_matmul must be true or false, not 'no'"):
+        server_with(weight_major_matmul="no")
