@@ -15,7 +15,8 @@ update_weights = weight sync into the CPU rollout server. Generation tokens/s co
 
 `--rollout` times `cleaner.verl.cpu.generation.generate_batch` alone on a multi-turn conversation shaped like
 a training step's (rows x turns, a tool response between turns; every turn runs to its token budget, so both
-modes decode the same number of tokens), once without and once with the prefix cache.
+modes decode the same number of tokens), once without and once with the prefix cache; with the rollout server's
+weight-major linear layers, or without them (`--plain-matmul`).
 """
 
 from __future__ import annotations
@@ -156,18 +157,30 @@ def print_table(label: str, rows: list[dict], stats: RunStats | None) -> None:
 
 
 def rollout_benchmark(
-    model: Path, rows: int, groups: int, prompt_tokens: int, new_tokens: int, turns: int, tool_tokens: int
+    model: Path,
+    rows: int,
+    groups: int,
+    prompt_tokens: int,
+    new_tokens: int,
+    turns: int,
+    tool_tokens: int,
+    weight_major: bool,
 ) -> None:
-    """Time the sampler on `rows` trajectories of `turns` turns, prefix cache off then on; print one row per turn."""
+    """Time the sampler on `rows` trajectories of `turns` turns, prefix cache off then on; print one row per turn.
+
+    `weight_major` patches the model's linear layers as the rollout server does by default."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cleaner.verl.cpu.generation import PrefixCache, SamplingRequest, generate_batch
     from cleaner.verl.cpu.server import PREFIX_CACHE_MB
+    from cleaner.verl.cpu.weight_major import use_weight_major_matmul
 
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     tokenizer = AutoTokenizer.from_pretrained(model)
     network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    if weight_major:
+        use_weight_major_matmul(network)
     text = "Write a Python function that reads a list of intervals and merges the overlapping ones. "
 
     def token_ids(prefix: str, count: int) -> list[int]:
@@ -178,7 +191,11 @@ def rollout_benchmark(
     # GRPO: `groups` prompts, each sampled rows/groups times; the tool response is the same length every turn.
     prompts = [token_ids(f"Problem {row % groups}. ", prompt_tokens) for row in range(rows)]
     tool = token_ids("<tool_response>\n", tool_tokens)
-    print(f"rollout sampler: {model.name}, float32, {torch.get_num_threads()} threads, {rows} rows ({groups} prompts)")
+    matmul = "weight-major" if weight_major else "plain"
+    print(
+        f"rollout sampler: {model.name}, float32, {matmul} matmul, {torch.get_num_threads()} threads, "
+        f"{rows} rows ({groups} prompts)"
+    )
     print(" | ".join(["prefix cache", "turn", "prompt tokens", "reused tokens", "wall s", "CPU s", "load avg"]))
     print(" | ".join("---" for _ in range(7)))
     totals = {}
@@ -217,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens sampled per row and turn")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--tool-tokens", type=int, default=60, help="tool response tokens between turns")
+    parser.add_argument(
+        "--plain-matmul", action="store_true", help="time the rollout without its weight-major linear layers"
+    )
     args = parser.parse_args(argv)
     if not args.model and not args.metrics and not args.rollout:
         parser.error("give --model, --metrics and/or --rollout")
@@ -236,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.new_tokens,
                 args.turns,
                 args.tool_tokens,
+                not args.plain_matmul,
             )
     return 0
 

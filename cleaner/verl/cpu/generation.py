@@ -1,7 +1,8 @@
 """Token-in/token-out batched sampling with a transformers causal LM on CPU.
 
-One call decodes a batch of prompts together: left-padded prefill, then one token per step for every
-unfinished row through a shared KV cache; finished rows are dropped from the cache so the batch shrinks.
+A `DecodingBatch` decodes its rows together: left-padded prefill, then one token per step for every
+unfinished row through a shared KV cache; finished rows are dropped from the cache, and new requests join
+between steps (continuous batching), so a turn that arrives while others decode does not wait for them.
 Each row has its own sampling settings and its own random generator (seeded per request when a seed is
 given), so the result of a request does not depend on what it was batched with. The prefill computes the
 LM head for the last prompt position only.
@@ -231,13 +232,187 @@ def _padded_cache(pasts: list[KeysValues | None], lengths: list[int], width: int
     return DynamicCache(ddp_cache_data=layers)
 
 
+def _left_padded(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """`tensor` with zero columns prepended along its token dimension (-1 for masks, -2 for keys/values)."""
+    if tensor.dim() == 2:
+        return torch.nn.functional.pad(tensor, (width - tensor.shape[-1], 0))
+    return torch.nn.functional.pad(tensor, (0, 0, width - tensor.shape[-2], 0))
+
+
+@dataclass
+class _Row:
+    ticket: object  # the caller's handle for this request, returned with its result
+    request: SamplingRequest
+    generator: torch.Generator
+    source: int | None  # the prefix-cache entry the prompt was continued from
+    result: SamplingResult
+
+
+class DecodingBatch:
+    """Rows decoded together, one token per row and step; new requests join between steps (continuous batching).
+
+    Columns of the shared cache are [padding][each row's tokens], left-aligned per row: a row's padding is
+    masked out and its position ids are its own, so its logits are those of its own tokens whatever it is
+    batched with. `admit` prefills new requests (past their cached prefix) and merges them into the batch;
+    `step` samples a token for every row, hands back the rows that finished and decodes the next token of
+    the others. A request arriving while others decode starts at the next step instead of waiting for the
+    slowest row of the batch to finish."""
+
+    def __init__(self, model: torch.nn.Module, pad_id: int, prefix_cache: PrefixCache | None = None) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.prefix_cache = prefix_cache
+        self._empty()
+
+    def _empty(self) -> None:
+        self._rows: list[_Row] = []
+        self._cache: DynamicCache | None = None
+        self._attention = torch.zeros((0, 0), dtype=torch.long)
+        self._next_position = torch.zeros(0, dtype=torch.long)
+        self._logits: torch.Tensor | None = None  # [rows, vocabulary]: each row's next-token logits
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def width(self) -> int:
+        """Columns of the shared cache: the longest row's tokens plus the padding the others carry."""
+        return self._attention.shape[1]
+
+    @torch.inference_mode()
+    def admit(self, tickets_and_requests: list[tuple[object, SamplingRequest]], rng: torch.Generator) -> None:
+        """Prefill the requests' prompts and add them to the batch; `rng` seeds those without a seed."""
+        from transformers import DynamicCache
+
+        requests = [request for _, request in tickets_and_requests]
+        reused, pasts, sources = [], [], []
+        for request in requests:
+            found = self.prefix_cache.take(request.prompt_ids) if self.prefix_cache is not None else (0, None, None)
+            reused.append(found[0])
+            pasts.append(found[1])
+            sources.append(found[2])
+        past_width = max(reused)
+        suffix_width = max(len(request.prompt_ids) - length for request, length in zip(requests, reused, strict=True))
+        input_ids = torch.full((len(requests), suffix_width), self.pad_id, dtype=torch.long)
+        # Columns: [cached keys/values, left-padded to past_width][new prompt tokens, left-padded to suffix_width].
+        attention = torch.zeros((len(requests), past_width + suffix_width), dtype=torch.long)
+        for row, (request, length) in enumerate(zip(requests, reused, strict=True)):
+            suffix = request.prompt_ids[length:]
+            input_ids[row, suffix_width - len(suffix) :] = torch.tensor(suffix)
+            attention[row, past_width - length : past_width] = 1
+            attention[row, past_width + suffix_width - len(suffix) :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, past_width:]
+        cache = _padded_cache(pasts, reused, past_width) if past_width else DynamicCache()
+        del pasts
+        logits = (
+            self.model(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            .logits[:, -1, :]
+            .float()
+        )
+        rows = [
+            _Row(ticket, request, _generator(request, rng), source, SamplingResult([], [], FINISH_LENGTH))
+            for (ticket, request), source in zip(tickets_and_requests, sources, strict=True)
+        ]
+        self._merge(rows, cache, attention, positions[:, -1] + 1, logits)
+
+    def _merge(
+        self,
+        rows: list[_Row],
+        cache: DynamicCache,
+        attention: torch.Tensor,
+        next_position: torch.Tensor,
+        logits: torch.Tensor,
+    ) -> None:
+        if not self._rows:
+            self._rows, self._cache, self._attention = rows, cache, attention
+            self._next_position, self._logits = next_position, logits
+            return
+        from transformers import DynamicCache
+
+        width = max(self._attention.shape[1], attention.shape[1])
+
+        def stacked(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+            return torch.cat([_left_padded(mine, width), _left_padded(theirs, width)])
+
+        layers = [
+            (stacked(old.keys, new.keys), stacked(old.values, new.values))
+            for old, new in zip(self._cache.layers, cache.layers, strict=True)
+        ]
+        self._cache = DynamicCache(ddp_cache_data=layers)
+        self._attention = torch.cat([_left_padded(self._attention, width), _left_padded(attention, width)])
+        self._next_position = torch.cat([self._next_position, next_position])
+        self._logits = torch.cat([self._logits, logits])
+        self._rows = self._rows + rows
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[object, SamplingResult]]:
+        """Sample one token for every row; returns (ticket, result) of the rows that finished with it."""
+        finished, still_live, tokens = [], [], []
+        for index, row in enumerate(self._rows):
+            token, log_prob = _sample_row(self._logits[index], row.request, row.generator)
+            row.result.token_ids.append(token)
+            row.result.log_probs.append(log_prob)
+            if token in row.request.stop_token_ids:
+                row.result.finish_reason = FINISH_STOP
+            elif len(row.result.token_ids) < row.request.max_tokens:
+                still_live.append(index)
+                tokens.append(token)
+                continue
+            if self.prefix_cache is not None:
+                # The cache holds the prompt and every sampled token but this last one (never fed to the model).
+                processed = row.request.prompt_ids + row.result.token_ids[:-1]
+                self.prefix_cache.put(processed, _row_keys_values(self._cache, index, self._attention), row.source)
+            finished.append((row.ticket, row.result))
+        if len(still_live) < len(self._rows):
+            self._keep(still_live)
+        if self._rows:
+            self._decode(tokens)
+        return finished
+
+    def _keep(self, rows: list[int]) -> None:
+        if not rows:
+            self._empty()
+            return
+        keep = torch.tensor(rows)
+        self._rows = [self._rows[row] for row in rows]
+        self._cache.batch_select_indices(keep)
+        self._attention, self._next_position = self._attention[keep], self._next_position[keep]
+        # Columns that are padding in every row left (the departed rows were the longest): cut them.
+        first = int(self._attention.any(dim=0).nonzero()[0])
+        if first:
+            for layer in self._cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+            self._attention = self._attention[:, first:]
+
+    def _decode(self, tokens: list[int]) -> None:
+        self._attention = torch.cat([self._attention, torch.ones((len(tokens), 1), dtype=torch.long)], dim=-1)
+        self._logits = (
+            self.model(
+                input_ids=torch.tensor(tokens).unsqueeze(-1),
+                attention_mask=self._attention,
+                position_ids=self._next_position.unsqueeze(-1),
+                past_key_values=self._cache,
+                use_cache=True,
+            )
+            .logits[:, -1, :]
+            .float()
+        )
+        self._next_position = self._next_position + 1
+
+
 def _row_keys_values(cache: DynamicCache, row: int, attention: torch.Tensor) -> KeysValues:
     """The keys and values of one cache row's real (unmasked) tokens, copied out of the batch."""
     keep = attention[row].nonzero().squeeze(-1)
     return [(layer.keys[row : row + 1, :, keep], layer.values[row : row + 1, :, keep]) for layer in cache.layers]
 
 
-@torch.inference_mode()
 def generate_batch(
     model: torch.nn.Module,
     requests: list[SamplingRequest],
@@ -245,84 +420,13 @@ def generate_batch(
     rng: torch.Generator,
     prefix_cache: PrefixCache | None = None,
 ) -> list[SamplingResult]:
-    """Sample a continuation for every request; `rng` seeds the requests that carry no seed of their own.
+    """Sample a continuation for every request, all decoded together; `rng` seeds the requests without a seed.
 
     With `prefix_cache`, every request reuses the cached keys and values of its prompt's longest cached prefix
     and leaves those of its prompt and sampled tokens behind for the next turn."""
-    from transformers import DynamicCache
-
-    generators = [_generator(request, rng) for request in requests]
-    reused, pasts, sources = [], [], []
-    for request in requests:
-        length, past, source = prefix_cache.take(request.prompt_ids) if prefix_cache is not None else (0, None, None)
-        reused.append(length)
-        pasts.append(past)
-        sources.append(source)
-    past_width = max(reused)
-    suffix_width = max(len(request.prompt_ids) - length for request, length in zip(requests, reused, strict=True))
-    input_ids = torch.full((len(requests), suffix_width), pad_id, dtype=torch.long)
-    # Columns: [cached keys/values, left-padded to past_width][new prompt tokens, left-padded to suffix_width].
-    attention = torch.zeros((len(requests), past_width + suffix_width), dtype=torch.long)
-    for row, (request, length) in enumerate(zip(requests, reused, strict=True)):
-        suffix = request.prompt_ids[length:]
-        input_ids[row, suffix_width - len(suffix) :] = torch.tensor(suffix)
-        attention[row, past_width - length : past_width] = 1
-        attention[row, past_width + suffix_width - len(suffix) :] = 1
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, past_width:]
-    cache = _padded_cache(pasts, reused, past_width) if past_width else DynamicCache()
-    del pasts
-    logits = (
-        model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        .logits[:, -1, :]
-        .float()
-    )
-
-    results = [SamplingResult([], [], FINISH_LENGTH) for _ in requests]
-    live = list(range(len(requests)))  # request index of each cache row
-    next_position = positions[:, -1] + 1
-    while True:
-        tokens = []
-        still_live = []
-        for cache_row, index in enumerate(live):
-            request, result = requests[index], results[index]
-            token, log_prob = _sample_row(logits[cache_row], request, generators[index])
-            result.token_ids.append(token)
-            result.log_probs.append(log_prob)
-            tokens.append(token)
-            if token in request.stop_token_ids:
-                result.finish_reason = FINISH_STOP
-            elif len(result.token_ids) < request.max_tokens:
-                still_live.append(cache_row)
-                continue
-            if prefix_cache is not None:
-                # The cache holds the prompt and every sampled token but this last one (never fed to the model).
-                processed = request.prompt_ids + result.token_ids[:-1]
-                prefix_cache.put(processed, _row_keys_values(cache, cache_row, attention), sources[index])
-        if not still_live:
-            return results
-        if len(still_live) < len(live):
-            keep = torch.tensor(still_live)
-            cache.batch_select_indices(keep)
-            attention, next_position = attention[keep], next_position[keep]
-            tokens = [tokens[row] for row in still_live]
-            live = [live[row] for row in still_live]
-        attention = torch.cat([attention, torch.ones((len(live), 1), dtype=torch.long)], dim=-1)
-        logits = (
-            model(
-                input_ids=torch.tensor(tokens).unsqueeze(-1),
-                attention_mask=attention,
-                position_ids=next_position.unsqueeze(-1),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            .logits[:, -1, :]
-            .float()
-        )
-        next_position = next_position + 1
+    batch = DecodingBatch(model, pad_id, prefix_cache)
+    batch.admit(list(enumerate(requests)), rng)
+    results: dict[object, SamplingResult] = {}
+    while batch:
+        results.update(batch.step())
+    return [results[index] for index in range(len(requests))]

@@ -1,11 +1,12 @@
 """The CPU rollout server: verl's token-in/token-out `generate()` over a transformers model, one Ray actor.
 
 verl's agent loops call `await server.generate.remote(request_id=, prompt_ids=, sampling_params=, ...)`
-concurrently (one call per turn of every trajectory). Calls that arrive while a batch is running wait and
-go into the next batch together (`generation.generate_batch`), so concurrent trajectories share forward
-passes. A weight sync (`begin_weight_update`, `load_weights` per bucket, `finish_weight_update`) replaces the
-weights between batches: the trainer pushes the actor's weights through verl's weight-sync path after every
-step, so every batch samples from the current policy.
+concurrently (one call per turn of every trajectory). They share one `generation.DecodingBatch`: calls that
+arrive while it decodes join it at the next decoding step (up to `rollout.max_num_seqs` rows), so a trajectory
+back from its tool call does not wait for the slowest row of the others' turns. A weight sync
+(`begin_weight_update`, `load_weights` per bucket, `finish_weight_update`) waits until the batch has drained
+(no new rows join meanwhile) and replaces the weights before any other row starts: the trainer pushes the
+actor's weights through verl's weight-sync path after every step, so every row samples from the current policy.
 
 Prefix cache (`generation.PrefixCache`, on unless `engine_kwargs.cleaner_cpu.prefix_cache: false`): each turn
 of a trajectory sends the conversation so far (the last prompt, the tokens sampled, the tool response), so the
@@ -26,12 +27,13 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
-from .generation import FINISH_STOP, PrefixCache, SamplingRequest, generate_batch
+from .generation import FINISH_STOP, DecodingBatch, PrefixCache, SamplingRequest
 from .weight_major import use_weight_major_matmul
 
 logger = logging.getLogger(__name__)
@@ -96,6 +98,12 @@ def sampling_request(
     return request
 
 
+def _fail(futures: Iterable[asyncio.Future], exc: Exception) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(exc)
+
+
 class CpuGenerationServer:
     """Generation server of one CPU rollout replica (wrapped with `ray.remote` by the replica)."""
 
@@ -125,6 +133,7 @@ class CpuGenerationServer:
         self._pending: list[tuple[SamplingRequest, asyncio.Future]] = []
         self._model_lock = asyncio.Lock()
         self._syncing = False
+        self._sync_waiting = False
         self._broken: str | None = None
         self._batch_task: asyncio.Task | None = None
         self._rng = torch.Generator().manual_seed(int(getattr(config, "seed", 0)) + replica_rank)
@@ -198,37 +207,62 @@ class CpuGenerationServer:
 
     async def _run_batches(self) -> None:
         while self._pending:
-            # Let the calls issued in the same event-loop turn (a wave of agent-loop turns) join this batch.
+            # Let the calls issued in the same event-loop turn (a wave of agent-loop turns) start together.
             await asyncio.sleep(0.01)
-            batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size :]
             async with self._model_lock:
-                started = time.perf_counter()
+                await self._decode_until_drained()
+
+    async def _decode_until_drained(self) -> None:
+        """Decode step by step, letting waiting requests join between steps, until no row is left.
+
+        A weight sync that is waiting (`_sync_waiting`) stops new requests from joining, so the batch drains
+        and the sync gets the model; the requests still waiting start after it, with the new weights."""
+        batch = DecodingBatch(self.model, self._pad_id, self.prefix_cache)
+        live: set[asyncio.Future] = set()
+        while batch or (self._pending and not self._sync_waiting):
+            room = self.max_batch_size - len(batch)
+            if self._pending and room > 0 and not self._sync_waiting:
+                joining, self._pending = self._pending[:room], self._pending[room:]
+                futures = [future for _, future in joining]
                 try:
-                    results = await asyncio.to_thread(
-                        generate_batch,
-                        self.model,
-                        [request for request, _ in batch],
-                        self._pad_id,
-                        self._rng,
-                        self.prefix_cache,
-                    )
-                except Exception as exc:  # every waiting caller gets the failure, none hangs
-                    for _, future in batch:
-                        future.set_exception(exc)
+                    await self._in_thread(batch.admit, [(future, request) for request, future in joining], self._rng)
+                except Exception as exc:  # these callers get the failure, none hangs; the rows decoding go on
+                    _fail(futures, exc)
                     continue
-                self.stats["generate_seconds"] += time.perf_counter() - started
-            self.stats["batches"] += 1
-            self.stats["requests"] += len(batch)
-            for (_, future), result in zip(batch, results, strict=True):
+                live.update(futures)
+                self.stats["batches"] += 1
+                self.stats["requests"] += len(joining)
+            try:
+                finished = await self._in_thread(batch.step)
+            except Exception as exc:  # a failed step leaves the batch's state unknown: all of its rows fail
+                _fail(live, exc)
+                live.clear()
+                batch = DecodingBatch(self.model, self._pad_id, self.prefix_cache)
+                continue
+            for future, result in finished:
+                live.discard(future)
                 self.stats["generated_tokens"] += len(result.token_ids)
-                future.set_result(result)
+                if not future.done():  # a caller that was cancelled is not waiting any more
+                    future.set_result(result)
+
+    async def _in_thread(self, call: Callable[..., Any], *args: Any) -> Any:
+        """Run a batch operation off the event loop (it computes for seconds), counting its time."""
+        started = time.perf_counter()
+        try:
+            return await asyncio.to_thread(call, *args)
+        finally:
+            self.stats["generate_seconds"] += time.perf_counter() - started
 
     async def begin_weight_update(self) -> None:
         """Start a weight sync: waits for the running batch, then holds generation until `finish_weight_update`.
 
         The weights arrive in several `load_weights` calls (buckets, so that the actor never holds a second full
         copy of the model); no batch may sample from a half-updated model in between."""
-        await self._model_lock.acquire()
+        self._sync_waiting = True
+        try:
+            await self._model_lock.acquire()
+        finally:
+            self._sync_waiting = False
         self._syncing = True
         self._clear_prefix_cache()
 

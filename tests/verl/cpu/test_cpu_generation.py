@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from cleaner.verl.cpu.generation import (
     FINISH_LENGTH,
     FINISH_STOP,
+    DecodingBatch,
     PrefixCache,
     SamplingRequest,
     SamplingResult,
@@ -396,3 +397,92 @@ async def test_weight_major_layers_are_a_server_option_that_is_on_by_default(tin
     assert "forward" in vars(default.model.lm_head) and "forward" not in vars(off.model.lm_head)
     with pytest.raises(ValueError, match="weight_major_matmul must be true or false, not 'no'"):
         server_with(weight_major_matmul="no")
+
+
+# Continuous batching: requests join a batch that is decoding, and sample what they would sample alone.
+
+
+def _decode_all(batch: DecodingBatch) -> dict:
+    results = {}
+    while batch:
+        results.update(batch.step())
+    return results
+
+
+def test_a_request_joining_a_decoding_batch_samples_what_it_samples_alone(model, tokenizer):
+    long = SamplingRequest(_prompt(tokenizer, "a long story " * 6), max_tokens=20, temperature=1.0, seed=11)
+    short = SamplingRequest(_prompt(tokenizer, "hi"), max_tokens=4, temperature=0.8, seed=5)
+    later = SamplingRequest(_prompt(tokenizer, "and a third one"), max_tokens=9, temperature=1.0, seed=2)
+    batch = DecodingBatch(model, pad_id=0)
+    batch.admit([("long", long)], torch.Generator())
+    finished = {}
+    for _ in range(6):
+        finished.update(batch.step())
+    assert not finished and len(batch) == 1
+    batch.admit([("short", short), ("later", later)], torch.Generator())
+    assert len(batch) == 3
+    for _ in range(4):
+        finished.update(batch.step())
+    assert set(finished) == {"short"}  # done while the long row still decodes
+    finished.update(_decode_all(batch))
+    for name, request in [("long", long), ("short", short), ("later", later)]:
+        _assert_as_alone(model, request, finished[name])
+
+
+def test_a_joining_row_continues_its_cached_prefix_and_the_batch_narrows_when_long_rows_leave(model, tokenizer):
+    cache = PrefixCache(2**26)
+    first = _greedy(_prompt(tokenizer, "count to five"), max_tokens=6)
+    turn = _run(model, [first], cache)[0]
+    follow_up = _greedy(first.prompt_ids + turn.token_ids + tokenizer.encode(TOOL_RESPONSE), max_tokens=6)
+    long = _greedy(_prompt(tokenizer, "a much longer prompt " * 10), max_tokens=3)
+    batch = DecodingBatch(model, pad_id=0, prefix_cache=cache)
+    batch.admit([("long", long)], torch.Generator())
+    batch.step()
+    reused_before = cache.stats["reused_tokens"]
+    batch.admit([("follow_up", follow_up)], torch.Generator())
+    assert cache.stats["reused_tokens"] - reused_before == len(first.prompt_ids) + len(turn.token_ids) - 1
+    finished = batch.step()
+    finished += batch.step()
+    assert [name for name, _ in finished] == ["long"]
+    # The long row's padding columns went with it: the batch is as wide as the follow-up's own tokens.
+    assert batch.width == len(follow_up.prompt_ids) + 2
+    finished += _decode_all(batch).items()
+    finished = dict(finished)
+    _assert_as_alone(model, long, finished["long"])
+    _assert_as_alone(model, follow_up, finished["follow_up"])
+
+
+class _LongConfig(_Config):
+    response_length = 400
+    engine_kwargs = {"cleaner_cpu": {"max_new_tokens": 400}}
+
+
+async def test_a_call_arriving_mid_batch_joins_it_and_a_sync_waits_for_the_batch_to_drain(
+    tiny_model_dir, tokenizer, monkeypatch
+):
+    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
+    server = CpuGenerationServer(
+        _LongConfig(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8
+    )
+    await server.launch()
+    prompt = _prompt(tokenizer, "hello")
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+    long = asyncio.create_task(
+        server.generate(prompt, {**params, "max_tokens": 300, "ignore_eos": True}, request_id="long")
+    )
+    while not server.stats["batches"]:
+        await asyncio.sleep(0.01)
+    short = asyncio.create_task(server.generate(prompt, {**params, "max_tokens": 3}, request_id="short"))
+    await short
+    assert not long.done()  # the short call did not wait for the long one's batch to end
+    assert server.stats["batches"] == 2
+
+    sync = asyncio.create_task(server.begin_weight_update())
+    await asyncio.sleep(0.05)
+    after_sync = asyncio.create_task(server.generate(prompt, {**params, "max_tokens": 3}, request_id="after"))
+    await asyncio.sleep(0.2)
+    assert not sync.done() and not after_sync.done()  # the sync waits for the long row, the new call for the sync
+    assert len((await long).token_ids) == 300
+    await sync
+    await server.finish_weight_update(5)
+    assert (await after_sync).extra_fields["global_steps"] == 5  # sampled from the synced weights only

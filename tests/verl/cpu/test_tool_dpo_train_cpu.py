@@ -12,14 +12,13 @@ batch's old log-probs.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import pickle
-from pathlib import Path
 
 import pytest
 import torch
+from scripted_training import TEST_TIMEOUT_S
 
 DUMP_ENV = "CLEANER_TEST_TOOL_DPO_DUMP"
 MODULE = "test_tool_dpo_train_cpu"
@@ -56,13 +55,10 @@ def _install_update_actor_dump(path: str) -> None:
     PPOTrainer._update_actor = _update_actor
 
 
-ROOT = Path(__file__).resolve().parents[3]
-HERE = Path(__file__).resolve().parent
 ROLLOUT_N = 2
 MT = "actor_rollout_ref.rollout.multi_turn"
 
-# As test_train_cpu_e2e.py (its run_recipe stops the recipe after 540 s, allowing 60 s for it to stop).
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(540 + 60 + 60)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 
 def scripted_problems():
@@ -79,60 +75,26 @@ def trajectories() -> int:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, tiny_model_dir, judge_url):
-    from cpu_scripted_backend import BACKEND_NAME, PROBLEMS
-    from test_train_cpu_e2e import run_recipe
+    from scripted_training import train_one_scripted_step
 
-    from cleaner.data.rows import read_rows, write_parquet
-    from cleaner.resources import DEMO_PROBLEMS, resource_path
-
-    work = tmp_path_factory.mktemp("train-cpu-tool-dpo")
-    rows = [
-        row for row in read_rows(resource_path(DEMO_PROBLEMS)) if any(p.marker in str(row["prompt"]) for p in PROBLEMS)
-    ]
-    write_parquet(rows, work / "train.parquet")
-    env = {
-        **os.environ,
-        "MODEL_PATH": str(tiny_model_dir),
-        "OUTPUT_DIR": str(work / "out"),
-        "JUDGE_URL": judge_url,
-        "TRAIN_FILES": str(work / "train.parquet"),
-        "ROLLOUT_BACKEND": BACKEND_NAME,
-        "ROLLOUT_N": str(ROLLOUT_N),
-        "TRAIN_BATCH_SIZE": str(len(PROBLEMS)),
-        "TOTAL_TRAINING_STEPS": "1",
-        "MAX_PROMPT_LENGTH": "384",
-        "MAX_RESPONSE_LENGTH": "384",
-        "TEST_FREQ": "-1",
+    extra_env = {
         "SAVE_FREQ": "-1",
         # v1 on CPU: TransferQueue's actors each hold a logical Ray CPU (docs/train-cpu.md)
         "TRAINER_USE_V1": "True",
         "RAY_NUM_CPUS": "4",
-        "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         "VERL_USE_EXTERNAL_MODULES": f"cleaner.verl.cpu.plugin,cpu_scripted_backend,{MODULE}",
-        DUMP_ENV: str(work / "batch.pkl"),
     }
-    log_path = work / "run.log"
-    returncode = run_recipe(
-        [
-            str(ROOT / "recipe/cleaner/cpu_smoke.sh"),
-            "trainer.val_before_train=False",
-            "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-            "algorithm.adv_estimator=grpo_tool_dpo",
-            "+algorithm.use_dpo_on_tool_calls=True",
-            f"+algorithm.dpo_beta={BETA}",
-            f"+algorithm.dpo_max_adjustment_ratio={CAP}",
-            f"+{MT}.save_negative_samples=True",
-            f"+{MT}.max_negative_samples_per_group=1",
-        ],
-        env,
-        log_path,
-    )
-    log = log_path.read_text(errors="replace")
-    assert returncode == 0, log[-6000:]
-    steps = [json.loads(line) for line in (work / "out/metrics.jsonl").read_text().splitlines()]
-    with open(work / "batch.pkl", "rb") as handle:
-        batch = pickle.load(handle)
-    return {"metrics": {step["step"]: step["data"] for step in steps}, "batch": batch}
+    overrides = [
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "algorithm.adv_estimator=grpo_tool_dpo",
+        "+algorithm.use_dpo_on_tool_calls=True",
+        f"+algorithm.dpo_beta={BETA}",
+        f"+algorithm.dpo_max_adjustment_ratio={CAP}",
+        f"+{MT}.save_negative_samples=True",
+        f"+{MT}.max_negative_samples_per_group=1",
+    ]
+    work = tmp_path_factory.mktemp("train-cpu-tool-dpo")
+    return train_one_scripted_step(work, tiny_model_dir, judge_url, ROLLOUT_N, DUMP_ENV, extra_env, overrides)
 
 
 def pairs(batch):

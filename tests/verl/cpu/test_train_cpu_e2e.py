@@ -12,89 +12,32 @@ checkpoint was written and loads.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import pickle
-import signal
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
-from cpu_scripted_backend import BACKEND_NAME, BATCH_DUMP_ENV, PROBLEMS
+from cpu_scripted_backend import BATCH_DUMP_ENV, PROBLEMS
+from scripted_training import TEST_TIMEOUT_S
 
-ROOT = Path(__file__).resolve().parents[3]
-HERE = Path(__file__).resolve().parent
 ROLLOUT_N = 2
 TRAJECTORIES = len(PROBLEMS) * ROLLOUT_N
-RUN_TIMEOUT_S = 540  # a quiet 2-core machine needs about 2 minutes; shared CI runners can be several times slower
-STOP_GRACE_S = 60  # the recipe's exit trap stops the trainer, its Ray cluster and the judge
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT_S + STOP_GRACE_S + 60)]
-
-
-def run_recipe(args: list[str], env: dict[str, str], log_path: Path) -> int:
-    """Run cpu_smoke.sh; on timeout send it SIGTERM, so that its exit trap stops everything it started."""
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        try:
-            return process.wait(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            pytest.fail(f"the training run took more than {RUN_TIMEOUT_S} s; log: {log_path}")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, tiny_model_dir, judge_url):
-    from cleaner.data.rows import read_rows, write_parquet
-    from cleaner.resources import DEMO_PROBLEMS, resource_path
+    from scripted_training import train_one_scripted_step
 
-    work = tmp_path_factory.mktemp("train-cpu")
-    rows = [
-        row for row in read_rows(resource_path(DEMO_PROBLEMS)) if any(p.marker in str(row["prompt"]) for p in PROBLEMS)
-    ]
-    assert len(rows) == len(PROBLEMS)
-    write_parquet(rows, work / "train.parquet")
-    env = {
-        **os.environ,
-        "MODEL_PATH": str(tiny_model_dir),
-        "OUTPUT_DIR": str(work / "out"),
-        "JUDGE_URL": judge_url,
-        "TRAIN_FILES": str(work / "train.parquet"),
-        "ROLLOUT_BACKEND": BACKEND_NAME,
-        "ROLLOUT_N": str(ROLLOUT_N),
-        "TRAIN_BATCH_SIZE": str(len(PROBLEMS)),
-        "TOTAL_TRAINING_STEPS": "1",
-        # The scripted trajectories are ~200 prompt and ~100 response tokens: small tensors, small micro-batches.
-        "MAX_PROMPT_LENGTH": "384",
-        "MAX_RESPONSE_LENGTH": "384",
-        "TEST_FREQ": "-1",  # no validation pass: the step is what is under test
-        "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
-        "VERL_USE_EXTERNAL_MODULES": "cleaner.verl.cpu.plugin,cpu_scripted_backend",
-        BATCH_DUMP_ENV: str(work / "batch.pkl"),
-    }
-    log_path = work / "run.log"
-    returncode = run_recipe(
-        [
-            str(ROOT / "recipe/cleaner/cpu_smoke.sh"),
-            "trainer.val_before_train=False",
-            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
-        ],
-        env,
-        log_path,
+    return train_one_scripted_step(
+        tmp_path_factory.mktemp("train-cpu"),
+        tiny_model_dir,
+        judge_url,
+        ROLLOUT_N,
+        BATCH_DUMP_ENV,
+        {},
+        ["actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"],
     )
-    log = log_path.read_text(errors="replace")
-    assert returncode == 0, log[-6000:]
-    steps = [json.loads(line) for line in (work / "out/metrics.jsonl").read_text().splitlines()]
-    with open(work / "batch.pkl", "rb") as handle:
-        batch = pickle.load(handle)
-    return {"dir": work / "out", "metrics": {s["step"]: s["data"] for s in steps}, "batch": batch, "log": log}
 
 
 def test_the_step_finished_and_rollback_and_tool_metrics_reached_the_logger(run):
