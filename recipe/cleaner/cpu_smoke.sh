@@ -39,9 +39,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${N_GPUS_PER_NODE:=1}"
 : "${OFFLOAD:=False}"
 : "${DTYPE:=float32}"
-# Micro-batches of at most MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH tokens keep their activations small, and
-# recomputing them (gradient checkpointing) would add a forward pass, about a third of every actor update.
-: "${GRADIENT_CHECKPOINTING:=False}"
 # LoRA (verl's own, on all linear layers) instead of full fine-tuning when > 0: make train-cpu uses it for the 0.5B
 # model, whose full fine-tuning state (weights, gradients, Adam) would not fit next to the rollout in 24 GB.
 : "${LORA_RANK:=0}"
