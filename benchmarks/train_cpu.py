@@ -7,6 +7,7 @@ verl's own per-step metrics from its file logger (`timing_s/*`, `perf/total_num_
     python benchmarks/train_cpu.py --model tiny --model 0.5b      # run and print the table
     python benchmarks/train_cpu.py --metrics train-cpu-output/metrics.jsonl   # only read an existing run
     python benchmarks/train_cpu.py --rollout 0.5b      # the CPU rollout's sampler alone, prefix cache off vs on
+    python benchmarks/train_cpu.py --decode-step 0.5b  # one decoding step, nn.Linear vs weight-major products
 
 Phases (verl's names): gen = rollout (agent loops, tool calls, reward inside the loop), reward = reward
 post-processing, old_log_prob = actor forward over the batch, update_actor = forward + backward + step,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "reward", "old_log_prob", "update_actor", "update_weights", "step")
 # As `make train-cpu` runs each model (its TRAIN_CPU_ENV): the 0.5B model with LoRA (docs/train-cpu.md).
-MODEL_ENV = {"tiny": {}, "0.5b": {"LORA_RANK": "16", "ACTOR_LR": "1e-5"}}
+MODEL_ENV = {"tiny": {}, "0.5b": {"LORA_RANK": "16", "ACTOR_LR": "1e-5", "GRADIENT_CHECKPOINTING": "False"}}
 
 
 def model_dir(name: str, work: Path) -> Path:
@@ -222,12 +224,51 @@ def rollout_benchmark(
         print(f"prefix cache {'on' if cached else 'off'}: {wall:.1f} s wall, {cpu:.1f} s CPU for {turns} turns")
 
 
+def decode_step_benchmark(model: Path, context: int, steps: int) -> None:
+    """Median milliseconds of one decoding step (1 and 8 rows, `context` cached tokens), plain vs weight-major."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cleaner.verl.cpu.weight_major import use_weight_major_matmul
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    print(f"decoding step: {model.name}, float32, {torch.get_num_threads()} threads, {context} cached tokens per row")
+    print("matmul | rows | ms per step (median) | load avg")
+    print("--- | --- | --- | ---")
+    for matmul in ("plain", "weight-major"):
+        if matmul == "weight-major":
+            use_weight_major_matmul(network)
+        for rows in (1, 8):
+            generator = torch.Generator().manual_seed(rows)
+            with torch.inference_mode():
+                prompt = torch.randint(0, 10_000, (rows, context), generator=generator)
+                cache = network(input_ids=prompt, use_cache=True, logits_to_keep=1).past_key_values
+                attention = torch.ones((rows, context), dtype=torch.long)
+                times = []
+                for step in range(steps):
+                    attention = torch.cat([attention, torch.ones((rows, 1), dtype=torch.long)], dim=-1)
+                    started = time.perf_counter()
+                    network(
+                        input_ids=torch.full((rows, 1), 7),
+                        attention_mask=attention,
+                        position_ids=torch.full((rows, 1), context + step),
+                        past_key_values=cache,
+                        use_cache=True,
+                    )
+                    times.append(time.perf_counter() - started)
+            print(f"{matmul} | {rows} | {statistics.median(times) * 1000:.0f} | {os.getloadavg()[0]:.1f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", choices=["tiny", "0.5b"], help="run the smoke recipe with it")
     parser.add_argument("--metrics", type=Path, action="append", help="read an existing run's metrics.jsonl")
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--rollout", choices=["tiny", "0.5b"], help="time the rollout sampler alone with it")
+    parser.add_argument(
+        "--decode-step", choices=["tiny", "0.5b"], help="time single decoding steps, plain vs weight-major matmul"
+    )
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--groups", type=int, default=2, help="distinct prompts among the rows")
     parser.add_argument("--prompt-tokens", type=int, default=450)
@@ -238,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         "--plain-matmul", action="store_true", help="time the rollout without its weight-major linear layers"
     )
     args = parser.parse_args(argv)
-    if not args.model and not args.metrics and not args.rollout:
-        parser.error("give --model, --metrics and/or --rollout")
+    if not args.model and not args.metrics and not args.rollout and not args.decode_step:
+        parser.error("give --model, --metrics, --rollout and/or --decode-step")
     for metrics_file in args.metrics or []:
         print_table(metrics_file.parent.name, step_rows(metrics_file), None)
     with tempfile.TemporaryDirectory(prefix="train-cpu-bench-") as tmp:
@@ -258,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.tool_tokens,
                 not args.plain_matmul,
             )
+        if args.decode_step:
+            decode_step_benchmark(model_dir(args.decode_step, work), context=400, steps=16)
     return 0
 
 
