@@ -486,3 +486,46 @@ async def test_a_call_arriving_mid_batch_joins_it_and_a_sync_waits_for_the_batch
     await sync
     await server.finish_weight_update(5)
     assert (await after_sync).extra_fields["global_steps"] == 5  # sampled from the synced weights only
+
+
+async def test_a_request_that_fails_to_prefill_fails_alone_and_the_decoding_rows_finish(
+    tiny_model_dir, tokenizer, monkeypatch
+):
+    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
+    server = CpuGenerationServer(
+        _LongConfig(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8
+    )
+    await server.launch()
+    prompt = _prompt(tokenizer, "hello")
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+    decoding = asyncio.create_task(
+        server.generate(prompt, {**params, "max_tokens": 100, "ignore_eos": True}, request_id="ok")
+    )
+    while not server.stats["batches"]:
+        await asyncio.sleep(0.01)
+    out_of_vocabulary = [len(tokenizer) + 10**6]
+    with pytest.raises(IndexError):
+        await server.generate(prompt + out_of_vocabulary, dict(params), request_id="bad")
+    assert not decoding.done()
+    assert len((await decoding).token_ids) == 100
+
+
+async def test_a_failed_decoding_step_fails_every_row_of_the_batch_and_the_server_goes_on(
+    tiny_model_dir, tokenizer, monkeypatch
+):
+    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
+    server = CpuGenerationServer(_Config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
+    await server.launch()
+    prompt = _prompt(tokenizer, "hello")
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+    original_step = DecodingBatch.step
+
+    def failing_step(self):
+        monkeypatch.setattr(DecodingBatch, "step", original_step)  # only this one step fails
+        raise RuntimeError("decoding failed")
+
+    monkeypatch.setattr(DecodingBatch, "step", failing_step)
+    calls = [server.generate(prompt, dict(params), request_id=str(i)) for i in range(3)]
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    assert [str(outcome) for outcome in outcomes] == ["decoding failed"] * 3
+    assert (await server.generate(prompt, dict(params), request_id="next")).token_ids
