@@ -42,16 +42,11 @@ from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
 from cleaner.saar.similarity import turn_code
 from cleaner.saar.splice import GeneratedTurn, StreamLengths, splice
 from cleaner.saar.stats import SplicedSpan, TrajectoryStats
-from cleaner.verl.bad_call_parser import BadCallAwareParser
-from cleaner.verl.tool_dpo.negative_outputs import with_negatives
-from cleaner.verl.tool_execution import (
-    TOOL_HISTORY_ATTR,
-    execute_call,
-    observe_crashes,
-    observed_tools,
-    stock_outcome,
-    truncate_text,
-)
+
+# Modules, not names: importing one of these first imports verl, whose plugin loader imports this module
+# while that one is still half-initialized; its names are looked up when a trajectory runs, by then complete.
+from cleaner.verl import bad_call_parser, tool_execution
+from cleaner.verl.tool_dpo import negative_outputs
 from cleaner.verl.validation_flag import VALIDATING
 
 logger = logging.getLogger(__name__)
@@ -79,7 +74,7 @@ class TurnRecord:
 
 
 def _history(agent_data: AgentData) -> list[str]:
-    return getattr(agent_data, TOOL_HISTORY_ATTR, [])
+    return getattr(agent_data, tool_execution.TOOL_HISTORY_ATTR, [])
 
 
 def _stream_position(agent_data: AgentData) -> StreamPosition:
@@ -179,9 +174,9 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         self.policy = RollbackPolicy(self.saar_config, active, self.stats)
         self.negatives = self._negative_collector(sampling_params, kwargs)
         if self._markers is not None and self._markers.end is not None:
-            self.tool_parser = BadCallAwareParser(self.tool_parser, self._markers, surface=active)
+            self.tool_parser = bad_call_parser.BadCallAwareParser(self.tool_parser, self._markers, surface=active)
         if not active:
-            self.tools = observed_tools(self.tools)
+            self.tools = tool_execution.observed_tools(self.tools)
         try:
             output = await super().run(sampling_params, **kwargs)
         except Exception:
@@ -194,7 +189,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             self.policy.close_open("the trajectory ended")
         self._finish(output)
         if self.negatives is not None:
-            return with_negatives(output, self.negatives, self.response_length)
+            return negative_outputs.with_negatives(output, self.negatives, self.response_length)
         return output
 
     def _negative_collector(self, sampling_params: dict[str, Any], kwargs: dict[str, Any]) -> NegativeCollector | None:
@@ -287,7 +282,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     def _count_dropped_calls(self) -> None:
         """SAAR inactive: calls the stock parser dropped count as bad calls (the stock loop shows nothing)."""
         parser = self.tool_parser
-        if isinstance(parser, BadCallAwareParser) and parser.dropped:
+        if isinstance(parser, bad_call_parser.BadCallAwareParser) and parser.dropped:
             outcomes = [
                 ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail="unparsable call") for _ in parser.dropped
             ]
@@ -377,15 +372,19 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         """Run one call; its `ToolOutcome` is decided here (never from response text)."""
         active_tools = getattr(agent_data, "_active_tools", self.tools)
         if not self.policy.active:
-            (response, reward, metrics), crashed = await observe_crashes(
+            (response, reward, metrics), crashed = await tool_execution.observe_crashes(
                 super()._call_tool(tool_call, tools_kwargs, agent_data)
             )
-            self.policy.count_round([stock_outcome(tool_call, active_tools, metrics, crashed)], first_attempt=True)
+            self.policy.count_round(
+                [tool_execution.stock_outcome(tool_call, active_tools, metrics, crashed)], first_attempt=True
+            )
             return response, reward, metrics
-        result = await execute_call(tool_call, active_tools, tools_kwargs, agent_data)
+        result = await tool_execution.execute_call(tool_call, active_tools, tools_kwargs, agent_data)
         response = result.response
         if response.text:
-            text = truncate_text(response.text, self.max_tool_response_length, self.tool_response_truncate_side)
+            text = tool_execution.truncate_text(
+                response.text, self.max_tool_response_length, self.tool_response_truncate_side
+            )
             response = response.model_copy(update={"text": text})
         return response, result.reward, {**result.metrics, TOOL_OUTCOME_KEY: result.outcome.to_dict()}
 

@@ -52,6 +52,41 @@ def test_check_cli_passes_on_a_healthy_install():
     assert len(lines) == 3 and all(line.startswith("ok") for line in lines), lines
 
 
+# What the plugin imports when it registers (python -c "import cleaner.verl.plugin; print(sys.modules)").
+REGISTRATION_MODULES = [
+    "cleaner.verl.agent_loop",
+    "cleaner.verl.bad_call_parser",
+    "cleaner.verl.tool_dpo.estimator",
+    "cleaner.verl.tool_dpo.negative_outputs",
+    "cleaner.verl.tool_execution",
+    "cleaner.verl.tool_parser",
+]
+
+
+@pytest.mark.slow  # a fresh interpreter importing verl for each module
+def test_any_module_of_the_plugin_imported_first_registers_the_agent_loop_cleanly():
+    """Importing one of these first imports verl, whose plugin loader imports the agent loop while that module
+    is half-initialized: the registration must still succeed, without an error in the log."""
+    script = "import importlib, sys; importlib.import_module(sys.argv[1]); from cleaner.verl.plugin import registered_target; print(registered_target())"
+    env = {key: value for key, value in os.environ.items() if key != "VERL_USE_EXTERNAL_PLUGINS"}
+    runs = {
+        module: subprocess.Popen(
+            [sys.executable, "-c", script, module],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
+        for module in REGISTRATION_MODULES
+    }
+    for module, process in runs.items():
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, f"{module}: {err[-2000:]}"
+        assert out.strip() == plugin.AGENT_LOOP_TARGET, f"{module}: {out} {err[-2000:]}"
+        assert "NOT registered" not in err, f"{module}: {err[-2000:]}"
+
+
 @pytest.mark.slow  # a fresh interpreter importing verl
 def test_broken_agent_loop_import_is_loud_in_every_path():
     """verl itself swallows the plugin's exception (DEBUG log); ours must still shout and refuse."""
