@@ -11,9 +11,10 @@ Prefix cache: every turn of a multi-turn trajectory sends the whole conversation
 the tokens sampled, the tool response). With a `PrefixCache`, a finished row leaves the keys and values of
 the tokens it processed; a later request reuses those of the entry that shares the longest prefix with its
 prompt (a rolled-back prompt shares only a part) and prefills only the rest. Entries are matched by their
-tokens, not by a request id: verl's server manager sends every turn with a fresh request id. Rows with different cached lengths share one batch: each row's cached keys and
-values are left-padded to the longest, its new tokens are left-padded to the longest suffix, the padding is
-masked out and every row gets its own position ids, so a row's logits are those of its own tokens only.
+tokens, not by a request id: verl's server manager sends every turn with a fresh request id. Rows with
+different cached lengths share one batch: each row's cached keys and values are left-padded to the longest,
+its new tokens are left-padded to the longest suffix, the padding is masked out and every row gets its own
+position ids, so a row's logits are those of its own tokens only.
 
 Log-probs are those of the sampled token under the temperature-scaled distribution before top-k/top-p
 filtering: the quantity verl's actor recomputes (`logits / temperature`, full vocabulary), so rollout and

@@ -98,6 +98,14 @@ def sampling_request(
     return request
 
 
+def _switch(engine_kwargs: dict[str, Any], name: str) -> bool:
+    """An on/off engine kwarg, on by default; anything but true or false is refused (a string "false" is truthy)."""
+    value = engine_kwargs.get(name, True)
+    if not isinstance(value, bool):
+        raise ValueError(f"engine_kwargs.{ENGINE_KWARGS_KEY}.{name} must be true or false, not {value!r}")
+    return value
+
+
 def _fail(futures: Iterable[asyncio.Future], exc: Exception) -> None:
     for future in futures:
         if not future.done():
@@ -120,14 +128,9 @@ class CpuGenerationServer:
             )
         self.max_new_tokens = engine_kwargs.get("max_new_tokens")
         self.prefix_cache: PrefixCache | None = None
-        if engine_kwargs.get("prefix_cache", True):
+        if _switch(engine_kwargs, "prefix_cache"):
             self.prefix_cache = PrefixCache(int(float(engine_kwargs.get("prefix_cache_mb", PREFIX_CACHE_MB)) * 2**20))
-        self.weight_major_matmul = engine_kwargs.get("weight_major_matmul", True)
-        if not isinstance(self.weight_major_matmul, bool):
-            raise ValueError(
-                f"engine_kwargs.{ENGINE_KWARGS_KEY}.weight_major_matmul must be true or false, "
-                f"not {self.weight_major_matmul!r}"
-            )
+        self.weight_major_matmul = _switch(engine_kwargs, "weight_major_matmul")
         self.model: torch.nn.Module | None = None
         self.weights_step: int | None = None
         self._pending: list[tuple[SamplingRequest, asyncio.Future]] = []
@@ -138,7 +141,7 @@ class CpuGenerationServer:
         self._batch_task: asyncio.Task | None = None
         self._rng = torch.Generator().manual_seed(int(getattr(config, "seed", 0)) + replica_rank)
         self._eos_ids: set[int] = set()
-        self.stats = {"batches": 0, "requests": 0, "generated_tokens": 0, "generate_seconds": 0.0, "weight_syncs": 0}
+        self.stats = {"prefills": 0, "requests": 0, "generated_tokens": 0, "generate_seconds": 0.0, "weight_syncs": 0}
 
     async def launch(self) -> None:
         """Load the model from `model.path` (the trainer then overwrites its weights before the first rollout)."""
@@ -230,7 +233,7 @@ class CpuGenerationServer:
                     _fail(futures, exc)
                     continue
                 live.update(futures)
-                self.stats["batches"] += 1
+                self.stats["prefills"] += 1  # groups of requests prefilled together
                 self.stats["requests"] += len(joining)
             try:
                 finished = await self._in_thread(batch.step)

@@ -128,11 +128,15 @@ def test_sampling_params_are_mapped_and_bad_ones_refused():
 
 
 class _Config:
+    """The fields of verl's rollout config the server reads; keywords become `engine_kwargs.cleaner_cpu`."""
+
     dtype = "float32"
     prompt_length = 64
-    response_length = 8
     seed = 0
-    engine_kwargs = {"cleaner_cpu": {"max_new_tokens": 6}}
+
+    def __init__(self, response_length: int = 8, max_new_tokens: int = 6, **engine_options):
+        self.response_length = response_length
+        self.engine_kwargs = {"cleaner_cpu": {"max_new_tokens": max_new_tokens, **engine_options}}
 
 
 class _ModelConfig:
@@ -141,16 +145,33 @@ class _ModelConfig:
         self.tokenizer = tokenizer
 
 
-async def test_server_batches_concurrent_requests_and_serves_synced_weights(tiny_model_dir, tokenizer, monkeypatch):
-    server = CpuGenerationServer(_Config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
-    # The server converts verl's model DictConfig; this test hands it the dataclass-like object directly.
+GREEDY = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
+SAMPLED = {**GREEDY, "temperature": 1.0}
+
+
+@pytest.fixture
+def make_server(tiny_model_dir, tokenizer, monkeypatch):
+    """`make_server(**config)`: a server over the tiny model, not yet launched (`_Config` takes the keywords)."""
+    # The server converts verl's model DictConfig; these tests hand it the dataclass-like object directly.
     monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
+
+    def make(**config) -> CpuGenerationServer:
+        return CpuGenerationServer(
+            _Config(**config), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8
+        )
+
+    return make
+
+
+async def test_server_batches_concurrent_requests_and_serves_synced_weights(
+    make_server, tiny_model_dir, tokenizer, monkeypatch
+):
+    server = make_server()
     await server.launch()
     prompt = _prompt(tokenizer, "hello")
-    params = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
-    outputs = await asyncio.gather(*[server.generate(prompt, dict(params), request_id=str(i)) for i in range(5)])
+    outputs = await asyncio.gather(*[server.generate(prompt, dict(GREEDY), request_id=str(i)) for i in range(5)])
     stats = await server.get_stats()
-    assert stats["requests"] == 5 and stats["batches"] == 1  # one forward pass per step for all five
+    assert stats["requests"] == 5 and stats["prefills"] == 1  # one forward pass per step for all five
     assert all(len(out.token_ids) == len(out.log_probs) <= 6 for out in outputs)
     assert len({tuple(out.token_ids) for out in outputs}) == 1
 
@@ -165,21 +186,19 @@ async def test_server_batches_concurrent_requests_and_serves_synced_weights(tiny
         iter([("model.embed_tokens.weight", embed), ("lm_head.weight", zeros)]), global_steps=3
     )
     assert adapter._server.calls == ["begin_weight_update", "load_weights", "load_weights", "finish_weight_update"]
-    after = await server.generate(prompt, dict(params), request_id="after")
+    after = await server.generate(prompt, dict(GREEDY), request_id="after")
     assert set(after.token_ids) == {0} and after.extra_fields["global_steps"] == 3
     assert after.log_probs[0] == pytest.approx(-math.log(zeros.shape[0]), abs=1e-4)
 
 
 async def test_generation_waits_for_a_weight_sync_and_a_failed_sync_stops_the_server(
-    tiny_model_dir, tokenizer, monkeypatch
+    make_server, tiny_model_dir, tokenizer
 ):
-    server = CpuGenerationServer(_Config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
-    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
+    server = make_server()
     await server.launch()
     prompt = _prompt(tokenizer, "hello")
-    params = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
     await server.begin_weight_update()
-    waiting = asyncio.create_task(server.generate(prompt, dict(params), request_id="during-sync"))
+    waiting = asyncio.create_task(server.generate(prompt, dict(GREEDY), request_id="during-sync"))
     await server.load_weights({"lm_head.weight": torch.zeros_like(server.model.lm_head.weight)})
     await asyncio.sleep(0.1)
     assert not waiting.done()  # nothing samples from a half-synced model
@@ -191,7 +210,7 @@ async def test_generation_waits_for_a_weight_sync_and_a_failed_sync_stops_the_se
     with pytest.raises(KeyError, match="does not have"):
         await adapter.update_weights(iter([("not.a.weight", torch.zeros(1))]), global_steps=8)
     with pytest.raises(RuntimeError, match="weight sync failed halfway"):
-        await server.generate(prompt, dict(params), request_id="after-failed-sync")
+        await server.generate(prompt, dict(GREEDY), request_id="after-failed-sync")
 
 
 class _LocalHandle:
@@ -350,53 +369,39 @@ def test_the_prefix_cache_is_bounded_and_drops_what_cannot_be_reused():
     assert len(cache) == 0 and cache.nbytes == 0
 
 
-class _NoCacheConfig(_Config):
-    engine_kwargs = {"cleaner_cpu": {"max_new_tokens": 6, "prefix_cache": False}}
-
-
-async def test_the_server_empties_the_prefix_cache_when_weights_change_and_after_a_rollout(
-    tiny_model_dir, tokenizer, monkeypatch
-):
-    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
-    server = CpuGenerationServer(_Config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
+async def test_the_server_empties_the_prefix_cache_when_weights_change_and_after_a_rollout(make_server, tokenizer):
+    server = make_server()
     await server.launch()
     prompt = _prompt(tokenizer, "hello")
-    params = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
-    first = await server.generate(prompt, dict(params), request_id="t")
+    first = await server.generate(prompt, dict(GREEDY), request_id="t")
     assert len(server.prefix_cache) == 1
     await server.begin_weight_update()
     assert len(server.prefix_cache) == 0  # stale keys and values never meet the new weights
     await server.load_weights({"lm_head.weight": torch.zeros_like(server.model.lm_head.weight)})
     await server.finish_weight_update(1)
-    second = await server.generate(prompt + first.token_ids, dict(params), request_id="t")
+    second = await server.generate(prompt + first.token_ids, dict(GREEDY), request_id="t")
     assert set(second.token_ids) == {0}
     stats = await server.get_stats()
     assert stats["prefix_cache"]["hits"] == 0 and stats["prefix_cache"]["entries"] == 1
     await server.sleep()  # verl sleeps the replicas after every rollout
     assert len(server.prefix_cache) == 0
 
-    off = CpuGenerationServer(
-        _NoCacheConfig(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8
-    )
-    assert off.prefix_cache is None
+    assert make_server(prefix_cache=False).prefix_cache is None
     with pytest.raises(ValueError, match="unknown keys \\['prefix_cache_size'\\]"):
-        bad = type("_BadConfig", (_Config,), {"engine_kwargs": {"cleaner_cpu": {"prefix_cache_size": 1}}})
-        CpuGenerationServer(bad(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
+        make_server(prefix_cache_size=1)
 
 
-async def test_weight_major_layers_are_a_server_option_that_is_on_by_default(tiny_model_dir, tokenizer, monkeypatch):
-    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
-
-    def server_with(**options):
-        config = type("_Options", (_Config,), {"engine_kwargs": {"cleaner_cpu": options}})
-        return CpuGenerationServer(config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
-
-    default, off = server_with(), server_with(weight_major_matmul=False)
+async def test_weight_major_layers_are_a_server_option_that_is_on_by_default(make_server):
+    default, off = make_server(), make_server(weight_major_matmul=False)
     await default.launch()
     await off.launch()
     assert "forward" in vars(default.model.lm_head) and "forward" not in vars(off.model.lm_head)
-    with pytest.raises(ValueError, match="weight_major_matmul must be true or false, not 'no'"):
-        server_with(weight_major_matmul="no")
+
+
+@pytest.mark.parametrize("flag", ["prefix_cache", "weight_major_matmul"])
+def test_a_server_switch_that_is_not_true_or_false_is_refused(make_server, flag):
+    with pytest.raises(ValueError, match=f"{flag} must be true or false, not 'no'"):
+        make_server(**{flag: "no"})
 
 
 # Continuous batching: requests join a batch that is decoding, and sample what they would sample alone.
@@ -452,34 +457,23 @@ def test_a_joining_row_continues_its_cached_prefix_and_the_batch_narrows_when_lo
     _assert_as_alone(model, follow_up, finished["follow_up"])
 
 
-class _LongConfig(_Config):
-    response_length = 400
-    engine_kwargs = {"cleaner_cpu": {"max_new_tokens": 400}}
-
-
-async def test_a_call_arriving_mid_batch_joins_it_and_a_sync_waits_for_the_batch_to_drain(
-    tiny_model_dir, tokenizer, monkeypatch
-):
-    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
-    server = CpuGenerationServer(
-        _LongConfig(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8
-    )
+async def test_a_call_arriving_mid_batch_joins_it_and_a_sync_waits_for_the_batch_to_drain(make_server, tokenizer):
+    server = make_server(response_length=400, max_new_tokens=400)
     await server.launch()
     prompt = _prompt(tokenizer, "hello")
-    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
     long = asyncio.create_task(
-        server.generate(prompt, {**params, "max_tokens": 300, "ignore_eos": True}, request_id="long")
+        server.generate(prompt, {**SAMPLED, "max_tokens": 300, "ignore_eos": True}, request_id="long")
     )
-    while not server.stats["batches"]:
+    while not server.stats["prefills"]:
         await asyncio.sleep(0.01)
-    short = asyncio.create_task(server.generate(prompt, {**params, "max_tokens": 3}, request_id="short"))
+    short = asyncio.create_task(server.generate(prompt, {**SAMPLED, "max_tokens": 3}, request_id="short"))
     await short
     assert not long.done()  # the short call did not wait for the long one's batch to end
-    assert server.stats["batches"] == 2
+    assert server.stats["prefills"] == 2
 
     sync = asyncio.create_task(server.begin_weight_update())
     await asyncio.sleep(0.05)
-    after_sync = asyncio.create_task(server.generate(prompt, {**params, "max_tokens": 3}, request_id="after"))
+    after_sync = asyncio.create_task(server.generate(prompt, {**SAMPLED, "max_tokens": 3}, request_id="after"))
     await asyncio.sleep(0.2)
     assert not sync.done() and not after_sync.done()  # the sync waits for the long row, the new call for the sync
     assert len((await long).token_ids) == 300
@@ -488,36 +482,28 @@ async def test_a_call_arriving_mid_batch_joins_it_and_a_sync_waits_for_the_batch
     assert (await after_sync).extra_fields["global_steps"] == 5  # sampled from the synced weights only
 
 
-async def test_a_request_that_fails_to_prefill_fails_alone_and_the_decoding_rows_finish(
-    tiny_model_dir, tokenizer, monkeypatch
-):
-    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
-    server = CpuGenerationServer(
-        _LongConfig(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8
-    )
+async def test_a_request_that_fails_to_prefill_fails_alone_and_the_decoding_rows_finish(make_server, tokenizer):
+    server = make_server(response_length=400, max_new_tokens=400)
     await server.launch()
     prompt = _prompt(tokenizer, "hello")
-    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
     decoding = asyncio.create_task(
-        server.generate(prompt, {**params, "max_tokens": 100, "ignore_eos": True}, request_id="ok")
+        server.generate(prompt, {**SAMPLED, "max_tokens": 100, "ignore_eos": True}, request_id="ok")
     )
-    while not server.stats["batches"]:
+    while not server.stats["prefills"]:
         await asyncio.sleep(0.01)
     out_of_vocabulary = [len(tokenizer) + 10**6]
     with pytest.raises(IndexError):
-        await server.generate(prompt + out_of_vocabulary, dict(params), request_id="bad")
+        await server.generate(prompt + out_of_vocabulary, dict(SAMPLED), request_id="bad")
     assert not decoding.done()
     assert len((await decoding).token_ids) == 100
 
 
 async def test_a_failed_decoding_step_fails_every_row_of_the_batch_and_the_server_goes_on(
-    tiny_model_dir, tokenizer, monkeypatch
+    make_server, tokenizer, monkeypatch
 ):
-    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
-    server = CpuGenerationServer(_Config(), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8)
+    server = make_server()
     await server.launch()
     prompt = _prompt(tokenizer, "hello")
-    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
     original_step = DecodingBatch.step
 
     def failing_step(self):
@@ -525,7 +511,7 @@ async def test_a_failed_decoding_step_fails_every_row_of_the_batch_and_the_serve
         raise RuntimeError("decoding failed")
 
     monkeypatch.setattr(DecodingBatch, "step", failing_step)
-    calls = [server.generate(prompt, dict(params), request_id=str(i)) for i in range(3)]
+    calls = [server.generate(prompt, dict(SAMPLED), request_id=str(i)) for i in range(3)]
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert [str(outcome) for outcome in outcomes] == ["decoding failed"] * 3
-    assert (await server.generate(prompt, dict(params), request_id="next")).token_ids
+    assert (await server.generate(prompt, dict(SAMPLED), request_id="next")).token_ids
