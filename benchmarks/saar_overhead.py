@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from cleaner.rollout.qwen3_tokenizer import load_qwen3_tokenizer  # noqa: E402
+from cleaner.models.qwen3_tokenizer import load_qwen3_tokenizer  # noqa: E402
 from cleaner.saar.boundary import BoundaryFinder, CallMarkers, markers_for_format  # noqa: E402
 from cleaner.saar.splice import GeneratedTurn, StreamLengths, splice  # noqa: E402
 

@@ -35,7 +35,7 @@ def mode_name(saar: bool) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from cleaner.rollout.model_assets import BUNDLED_MODELS
+    from cleaner.models.model_assets import BUNDLED_MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     model = parser.add_mutually_exclusive_group()
@@ -126,7 +126,7 @@ def select_problems(args: argparse.Namespace, layout: Layout) -> tuple[Path, int
 
 
 def resolve_model(args: argparse.Namespace) -> Path:
-    from cleaner.rollout.model_assets import BUNDLED_MODELS, resolve_model_path
+    from cleaner.models.model_assets import BUNDLED_MODELS, resolve_model_path
 
     return resolve_model_path(str(args.gguf) if args.gguf else None, model=BUNDLED_MODELS[args.model])
 
@@ -296,7 +296,7 @@ def show_results(records: list[dict], results: list[PassResult], threads: int, l
     from rich.markdown import Markdown
 
     from cleaner.rollout.paired import pair_up, paired_differences
-    from cleaner.rollout.summary import render_markdown, render_table, summarize
+    from cleaner.trajectory.summary import render_markdown, render_table, summarize
 
     console = Console()
     summaries = summarize(records)

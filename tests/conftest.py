@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def qwen3_tokenizer():
-    from cleaner.rollout.qwen3_tokenizer import load_qwen3_tokenizer
+    from cleaner.models.qwen3_tokenizer import load_qwen3_tokenizer
 
     return load_qwen3_tokenizer()
 

@@ -2,7 +2,7 @@
 
 transformers' GGUF loader (needs the `gguf` package) dequantizes the weights to float32; `save_pretrained`
 writes them as safetensors. The tokenizer is the Qwen2.5 one derived from the Qwen3 tokenizer files with the
-GGUF's own chat template (`cleaner.rollout.qwen25_tokenizer`): token for token what llama.cpp serves, and
+GGUF's own chat template (`cleaner.models.qwen25_tokenizer`): token for token what llama.cpp serves, and
 no 24 s GGUF vocabulary parse. The result is cached under a name keyed by the GGUF's SHA-256, so a re-run
 returns at once and a different GGUF never reuses a stale conversion.
 """
@@ -14,8 +14,8 @@ import os
 import time
 from pathlib import Path
 
-from cleaner.rollout.model_assets import QWEN25_CODER_05B, assemble, default_cache_dir, sha256_of
-from cleaner.rollout.qwen25_tokenizer import write_qwen25_tokenizer
+from cleaner.models.model_assets import QWEN25_CODER_05B, assemble, default_cache_dir, sha256_of
+from cleaner.models.qwen25_tokenizer import write_qwen25_tokenizer
 
 from .model_dir import publish_dir, reusable
 

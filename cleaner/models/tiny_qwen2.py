@@ -13,8 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cleaner.rollout.model_assets import QWEN25_CODER_05B, assemble
-from cleaner.rollout.qwen25_tokenizer import QWEN25_EOS_ID, QWEN25_VOCAB_SIZE, write_qwen25_tokenizer
+from cleaner.models.model_assets import QWEN25_CODER_05B, assemble
+from cleaner.models.qwen25_tokenizer import QWEN25_EOS_ID, QWEN25_VOCAB_SIZE, write_qwen25_tokenizer
 
 from .model_dir import publish_dir, reusable
 

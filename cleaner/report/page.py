@@ -7,7 +7,7 @@ import html
 from datetime import datetime, timezone
 from typing import Any
 
-from cleaner.rollout.summary import ModeSummary, added_latency, summarize, summary_rows
+from cleaner.trajectory.summary import ModeSummary, added_latency, summarize, summary_rows
 from cleaner.saar.stats import PREFIX
 
 from .svg import BarChart, render_bar_chart

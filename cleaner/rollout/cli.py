@@ -75,8 +75,8 @@ def load_tokenizer(args: argparse.Namespace):
 
 def _base_tokenizer(args: argparse.Namespace):
     if args.gguf is not None:
-        from .model_assets import default_cache_dir
-        from .qwen25_tokenizer import load_qwen25_tokenizer
+        from cleaner.models.model_assets import default_cache_dir
+        from cleaner.models.qwen25_tokenizer import load_qwen25_tokenizer
 
         if not args.gguf.is_file():
             raise FileNotFoundError(f"GGUF model file not found: {args.gguf}")
@@ -133,7 +133,7 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
 
     from cleaner.trajectory.store import read_records
 
-    from .summary import render_table, summarize
+    from cleaner.trajectory.summary import render_table, summarize
 
     console = Console()
     wanted = {problem.problem_id for problem in problems}

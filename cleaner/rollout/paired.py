@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from statistics import NormalDist, fmean, stdev
 from typing import Any
 
-from cleaner.rollout.summary import is_correct
+from cleaner.trajectory.summary import is_correct
 from cleaner.saar.aggregate import model_errors
 from cleaner.saar.stats import PREFIX
 

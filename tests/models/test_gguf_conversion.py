@@ -8,7 +8,7 @@ import pytest
 
 from cleaner.models import GGUFHashMismatch, convert_gguf, ensure_hf_model, validate_model_dir
 from cleaner.models.hf_from_gguf import converted_dir_name
-from cleaner.rollout.model_assets import QWEN25_CODER_05B, default_cache_dir
+from cleaner.models.model_assets import QWEN25_CODER_05B, default_cache_dir
 
 
 def test_a_gguf_with_the_wrong_hash_is_refused(tmp_path):

@@ -9,7 +9,7 @@ from report_records import ERROR_TEXT, make_record
 
 from cleaner.report.loading import load_trajectories
 from cleaner.report.page import render_report
-from cleaner.rollout.summary import added_latency, summarize
+from cleaner.trajectory.summary import added_latency, summarize
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cleaner.rollout.model_assets import resolve_model_path
+from cleaner.models.model_assets import resolve_model_path
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from cleaner.rollout.gguf_metadata import read_metadata
-from cleaner.rollout.model_assets import (
+from cleaner.models.gguf_metadata import read_metadata
+from cleaner.models.model_assets import (
     BUNDLED_MODELS,
     QWEN25_CODER_05B,
     QWEN25_CODER_15B,
@@ -18,7 +18,7 @@ from cleaner.rollout.model_assets import (
     resolve_model_path,
 )
 from cleaner.rollout.problems import load_problems
-from cleaner.rollout.qwen25_tokenizer import QWEN25_VOCAB_SIZE, load_qwen25_tokenizer
+from cleaner.models.qwen25_tokenizer import QWEN25_VOCAB_SIZE, load_qwen25_tokenizer
 
 pytestmark = pytest.mark.real_model  # reads the demo GGUF
 

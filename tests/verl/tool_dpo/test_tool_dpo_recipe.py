@@ -12,7 +12,7 @@ import yaml
 
 pytestmark = pytest.mark.slow  # runs the recipe script (verl's Hydra composition in a subprocess)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RECIPE = ROOT / "recipe" / "cleaner" / "qwen3_4b_cleaner_dpo.sh"
 MARKER = "--- composed config ---"
 

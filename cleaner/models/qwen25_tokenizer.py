@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from cleaner.rollout.qwen3_tokenizer import qwen3_tokenizer_dir
+from cleaner.models.qwen3_tokenizer import qwen3_tokenizer_dir
 
 from .gguf_metadata import read_metadata
 
