@@ -22,16 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cleaner.resources import DEMO_PROBLEMS, PYTHON_BLOCK_CHAT_TEMPLATE, resource_path
+from cleaner.rollout.paired_markdown import mode_name
 
 MODES = (True, False)  # SAAR on, SAAR off
 PROMPT_LENGTH = 1024
 POLL_S = 2.0
 
 logger = logging.getLogger("demo")
-
-
-def mode_name(saar: bool) -> str:
-    return "on" if saar else "off"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -91,6 +88,10 @@ class Layout:
     @property
     def judge_log(self) -> Path:
         return self.root / "judge.log"
+
+    @property
+    def offpolicy(self) -> Path:
+        return self.root / "offpolicy.jsonl"
 
     @property
     def summary(self) -> Path:
@@ -240,75 +241,64 @@ def load_pass_records(layout: Layout) -> list[dict]:
     return [record for saar in MODES for record in read_records(layout.rollout(saar))]
 
 
-def paired_markdown(pairs: list, differences: list) -> str:
-    from cleaner.rollout.paired import shares_prefix
-
-    aligned = sum(shares_prefix(pair) for pair in pairs)
-    lines = [
-        f"Paired by problem, sample and seed: {len(pairs)} pairs, {aligned} of them identical up to SAAR's first "
-        "action (the rest diverged earlier and count as independent draws).",
-        "",
-        "| metric | SAAR on | SAAR off | on − off (95 % interval) |",
-        "|---|---:|---:|---:|",
-    ]
-    for diff in differences:
-        interval = diff.interval()
-        spread = "n/a" if interval is None else f"[{interval[0]:+.2f}, {interval[1]:+.2f}]"
-        lines.append(f"| {diff.metric} | {diff.on:.2f} | {diff.off:.2f} | {diff.difference:+.2f} {spread} |")
-    return "\n".join(lines)
-
-
-def acted_markdown(pairs: list) -> str:
-    from cleaner.rollout.paired import acted_pairs
-
-    acted = acted_pairs(pairs)
-    if not acted:
-        return "SAAR did not act: no tool call failed in the SAAR-on pass."
-    lines = [
-        f"Where SAAR acted ({len(acted)} of {len(pairs)} pairs):",
-        "",
-        "| trajectory | first error(s) | SAAR | correct on / off | errors kept on / off | same start |",
-        "|---|---|---|---|---|---|",
-    ]
-    for pair in acted:
-        lines.append(
-            f"| {pair.key} | {', '.join(pair.errors)} | {', '.join(pair.modes)} | "
-            f"{'yes' if pair.on_correct else 'no'} / {'yes' if pair.off_correct else 'no'} | "
-            f"{pair.on_kept_errors} / {pair.off_kept_errors} | {'yes' if pair.shares_prefix else 'no'} |"
-        )
-    return "\n".join(lines)
-
-
-def timing_markdown(results: list[PassResult], records: list[dict], threads: int) -> str:
-    lines = [f"Timing (the two passes in parallel, {threads} llama.cpp thread(s) each):"]
-    for result in results:
-        count = sum(1 for record in records if bool(record["saar"]) == result.saar)
-        lines.append(
-            f"- SAAR {mode_name(result.saar)}: {count} trajectories, {result.wall_s:.0f} s wall, llama.cpp CPU "
-            f"{result.model_cpu_s:.0f} s ({result.model_cpu_s / max(count, 1):.1f} s per trajectory)"
-        )
-    return "\n".join(lines)
-
-
-def show_results(records: list[dict], results: list[PassResult], threads: int, layout: Layout) -> None:
-    """The per-mode table (as `cleaner rollout` prints it), the paired comparison and timing; also to summary.md."""
+def show_results(records: list[dict], results: list[PassResult], offpolicy: list, threads: int, layout: Layout) -> None:
+    """The per-mode table (as `cleaner rollout` prints it), the paired comparison, the off-policy gap of the
+    spliced tokens and timing; also to summary.md."""
     from rich.console import Console
     from rich.markdown import Markdown
 
+    from cleaner.rollout.offpolicy import offpolicy_markdown
     from cleaner.rollout.paired import pair_up, paired_differences
+    from cleaner.rollout.paired_markdown import PassTiming, acted_markdown, paired_markdown, timing_markdown
     from cleaner.trajectory.summary import render_markdown, render_table, summarize
 
     console = Console()
     summaries = summarize(records)
     pairs = pair_up(records)
     console.print(render_table(summaries, title="CLEANER demo: SAAR on vs off"))
-    sections = [acted_markdown(pairs)]
+    sections = [acted_markdown(pairs), offpolicy_markdown(offpolicy)]
     if pairs:
         sections.insert(0, paired_markdown(pairs, paired_differences(pairs)))
-    sections.append(timing_markdown(results, records, threads))
+    timings = [
+        PassTiming(r.saar, sum(1 for rec in records if bool(rec["saar"]) == r.saar), r.wall_s, r.model_cpu_s)
+        for r in results
+    ]
+    sections.append(timing_markdown(timings, threads))
     for section in sections:
         console.print(Markdown(section))
     layout.summary.write_text("\n\n".join([render_markdown(summaries), *sections]) + "\n", encoding="utf-8")
+
+
+def score_offpolicy(layout: Layout, server_url: str) -> list:
+    """Score the spliced and control tokens of every SAAR-on trajectory with a rollback on the SAAR-on server.
+
+    llama.cpp returns no prompt log-probs, so the loop cannot score splices itself (`--score-rollbacks`);
+    each token is scored afterwards as a forced one-token generation (`cleaner.rollout.forced_scoring`).
+    Each rollback event's `log_is_ratio` is written back into the SAAR-on file (the report plots it), the
+    per-token log ratios to offpolicy.jsonl (what `benchmarks/offpolicy.py` reads).
+    """
+    import asyncio
+
+    from cleaner.data.rows import write_jsonl
+    from cleaner.rollout.forced_scoring import ForcedScorer
+    from cleaner.rollout.offpolicy import score_trajectory, with_log_is
+    from cleaner.saar.stats import PREFIX
+    from cleaner.trajectory.store import read_records
+
+    records = read_records(layout.rollout(True))
+    scorer = ForcedScorer(server_url)
+
+    async def score_all() -> list:
+        return [await score_trajectory(r, scorer) for r in records if r.get(PREFIX + "spliced_spans")]
+
+    started = time.perf_counter()
+    scored = asyncio.run(score_all())
+    by_key = {one.key: one for one in scored}
+    write_jsonl([with_log_is(r, by_key[r["key"]]) if r["key"] in by_key else r for r in records], layout.rollout(True))
+    write_jsonl([one.to_dict() for one in scored], layout.offpolicy)
+    tokens = sum(len(s.deltas) for one in scored for s in one.spans) + sum(len(one.control_deltas) for one in scored)
+    logger.info("scored %d tokens of %d trajectories in %.0f s", tokens, len(scored), time.perf_counter() - started)
+    return scored
 
 
 @contextmanager
@@ -342,11 +332,12 @@ def main(argv: list[str] | None = None) -> int:
             logger.info("judge %s, model %s, %d trajectories per mode", services.judge_url, model.name, total)
             argvs = {saar: rollout_argv(args, problems, model, services, layout, saar) for saar in MODES}
             results = run_passes(argvs, services, layout, total)
+            scored = score_offpolicy(layout, services.llama[True].url) if layout.rollout(True).is_file() else []
         for result in results:
             if result.exit_code != 0:
                 logger.error("SAAR-%s pass exited with %d: see %s", mode_name(result.saar), result.exit_code,
                              layout.rollout_log(result.saar))  # fmt: skip
-        show_results(load_pass_records(layout), results, args.threads, layout)
+        show_results(load_pass_records(layout), results, scored, args.threads, layout)
         report = cleaner_main(["report", *(str(layout.rollout(saar)) for saar in MODES), "-o", str(layout.report)])
         logger.info("demo took %.0f s", time.perf_counter() - start)
     return max(report, *(result.exit_code for result in results))

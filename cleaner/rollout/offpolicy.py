@@ -1,0 +1,253 @@
+"""How off-policy are spliced tokens: per-token log ratios and per-rollback log IS ratios of rollout records.
+
+A token SAAR splices in was sampled by π(· | context holding the failed attempt and its error); training
+treats it as sampled in the purified context. With both log-probs of a response token,
+
+    d = log π(token | purified context) − log π_b(token | context it was sampled in),
+
+where π_b is the `response_logprobs` the server returned while sampling. On spliced tokens d measures the gap;
+on every other model token (the control) both contexts are the same, so d measures only engine numerics. The
+log IS ratio of one rollback is the sum of d over the tokens it spliced in (the reference's Plan B ratio).
+
+Pure: records and scored log-probs in, numbers and Markdown out. The scores come either from the agent loop
+(`rollback_is_measure`: each rollback event's `log_is_ratio`) or from a post-hoc scorer such as
+`cleaner.rollout.forced_scoring` (llama.cpp cannot return prompt log-probs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from cleaner.saar.stats import PREFIX
+
+Record = Mapping[str, Any]
+# The Plan B gate's scale: spans whose IS ratio leaves [0.5, 2] are the ones a gate or a truncation touches.
+LOW_IS, HIGH_IS = 0.5, 2.0
+# Labels of a span's rollback mode (the event's `mode`; "failed" = kept after every retry failed).
+KIND_LABELS = {"shallow": "shallow", "deep": "deep", "failed": "not recovered"}
+KINDS = tuple(KIND_LABELS)
+
+
+@dataclass(frozen=True)
+class SplicedSpan:
+    """Response tokens [start, end) that one rollback spliced in, and that rollback's mode."""
+
+    start: int
+    end: int
+    position: int  # the rollback event's position (assistant turn)
+    kind: str  # shallow / deep / failed
+
+
+def _turn_of(record: Record, index: int) -> int:
+    for piece in record["pieces"]:
+        if piece["start"] <= index < piece["end"]:
+            return int(piece["turn"])
+    raise ValueError(f"{record['key']}: response token {index} lies in no piece")
+
+
+def spliced_spans(record: Record) -> list[SplicedSpan]:
+    """Each entry of `saar_spliced_spans` with the rollback event of its turn (its mode gives the kind)."""
+    events = {int(event["position"]): event for event in record.get(PREFIX + "rollback_events") or []}
+    spans = []
+    for entry in record.get(PREFIX + "spliced_spans") or []:
+        start, end = int(entry[0]), int(entry[1])
+        position = _turn_of(record, start)
+        if position not in events:
+            raise ValueError(
+                f"{record['key']}: spliced span [{start}, {end}) is in turn {position}, which has no rollback event"
+            )
+        spans.append(SplicedSpan(start, end, position, str(events[position]["mode"])))
+    return spans
+
+
+def control_indices(record: Record) -> list[int]:
+    """Model tokens (mask 1) outside every spliced span: sampled in the context training sees."""
+    spliced = {i for span in record.get(PREFIX + "spliced_spans") or [] for i in range(int(span[0]), int(span[1]))}
+    return [i for i, m in enumerate(record["response_mask"]) if m and i not in spliced]
+
+
+@dataclass(frozen=True)
+class ScoredSpan:
+    key: str  # trajectory key
+    position: int
+    kind: str
+    deltas: list[float]  # d per spliced token
+
+    @property
+    def log_is(self) -> float:
+        return math.fsum(self.deltas)
+
+
+@dataclass(frozen=True)
+class ScoredTrajectory:
+    key: str
+    spans: list[ScoredSpan]
+    control_deltas: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "spans": [{"position": s.position, "kind": s.kind, "deltas": s.deltas} for s in self.spans],
+            "control_deltas": self.control_deltas,
+        }
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> ScoredTrajectory:
+        spans = [ScoredSpan(row["key"], int(s["position"]), s["kind"], list(s["deltas"])) for s in row["spans"]]
+        return cls(row["key"], spans, list(row["control_deltas"]))
+
+
+# (full token sequence, indices into it) -> log π(sequence[i] | sequence[:i]) for each index.
+ScoreFn = Callable[[list[int], list[int]], Awaitable[list[float]]]
+
+
+async def score_trajectory(record: Record, score: ScoreFn, with_control: bool = True) -> ScoredTrajectory:
+    """d for the spliced tokens of every rollback (and the control tokens) of one final, purified record."""
+    behaviour = record.get("response_logprobs")
+    if behaviour is None:
+        raise ValueError(f"{record['key']}: no response_logprobs (the server returned no log-probs)")
+    spans = spliced_spans(record)
+    wanted = sorted(
+        {i for s in spans for i in range(s.start, s.end)} | set(control_indices(record) if with_control else [])
+    )
+    offset = len(record["prompt_ids"])
+    sequence = list(record["prompt_ids"]) + list(record["response_ids"])
+    scored = dict(zip(wanted, await score(sequence, [offset + i for i in wanted]))) if wanted else {}
+
+    def deltas(indices: Iterable[int]) -> list[float]:
+        return [scored[i] - float(behaviour[i]) for i in indices]
+
+    by_event: dict[int, list[SplicedSpan]] = {}
+    for span in spans:
+        by_event.setdefault(span.position, []).append(span)
+    scored_spans = [
+        ScoredSpan(record["key"], position, group[0].kind, deltas(i for s in group for i in range(s.start, s.end)))
+        for position, group in sorted(by_event.items())
+    ]
+    control = deltas(control_indices(record)) if with_control else []
+    return ScoredTrajectory(record["key"], scored_spans, control)
+
+
+def with_log_is(record: Record, scored: ScoredTrajectory) -> dict[str, Any]:
+    """The record with each rollback event's `log_is_ratio` set from the scores (events without a span: None)."""
+    by_position = {span.position: span.log_is for span in scored.spans}
+    events = [
+        {**event, "log_is_ratio": by_position.get(int(event["position"]))}
+        for event in record.get(PREFIX + "rollback_events") or []
+    ]
+    return {**record, PREFIX + "rollback_events": events}
+
+
+def event_log_is(records: Iterable[Record]) -> dict[str, list[float]]:
+    """The recorded `log_is_ratio` of every scored rollback event, by kind (shallow / deep / failed)."""
+    by_kind: dict[str, list[float]] = {}
+    for record in records:
+        for event in record.get(PREFIX + "rollback_events") or []:
+            if event.get("log_is_ratio") is not None:
+                by_kind.setdefault(str(event["mode"]), []).append(float(event["log_is_ratio"]))
+    return by_kind
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of a non-empty list."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("quantile of no values")
+    rank = q * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    n: int
+    mean: float
+    p10: float
+    p50: float
+    p90: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Distribution:
+        return cls(
+            len(values), fmean(values), quantile(values, 0.1), quantile(values, 0.5), quantile(values, 0.9),
+            min(values), max(values),
+        )  # fmt: skip
+
+
+def share_outside(log_is: list[float]) -> tuple[float, float]:
+    """Shares of spans with IS ratio below LOW_IS and above HIGH_IS."""
+    below = sum(1 for x in log_is if x < math.log(LOW_IS))
+    above = sum(1 for x in log_is if x > math.log(HIGH_IS))
+    return below / len(log_is), above / len(log_is)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:+.3f}" if abs(value) < 10 else f"{value:+.1f}"
+
+
+def token_table(scored: list[ScoredTrajectory]) -> str:
+    """Per-token d on spliced tokens (by kind) and on control tokens, as Markdown."""
+    rows: list[tuple[str, list[float]]] = []
+    for kind in KINDS:
+        values = [d for t in scored for s in t.spans if s.kind == kind for d in s.deltas]
+        if values:
+            rows.append((f"spliced, {KIND_LABELS[kind]}", values))
+    control = [d for t in scored for d in t.control_deltas]
+    if control:
+        rows.append(("control (not spliced)", control))
+    lines = ["| tokens | n | d mean | p10 | p50 | p90 | min |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, values in rows:
+        dist = Distribution.of(values)
+        lines.append(
+            f"| {name} | {dist.n} | {_fmt(dist.mean)} | {_fmt(dist.p10)} | {_fmt(dist.p50)} | {_fmt(dist.p90)} | "
+            f"{_fmt(dist.low)} |"
+        )
+    return "\n".join(lines)
+
+
+def span_table(log_is_by_kind: Mapping[str, list[float]]) -> str:
+    """Per-rollback log IS ratio by kind, as Markdown."""
+    lines = [
+        f"| rollbacks | n | log IS mean | p10 | p50 | p90 | min … max | IS < {LOW_IS} | IS > {HIGH_IS:g} |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for kind in KINDS:
+        values = log_is_by_kind.get(kind) or []
+        if not values:
+            continue
+        dist = Distribution.of(values)
+        below, above = share_outside(values)
+        lines.append(
+            f"| {KIND_LABELS[kind]} | {dist.n} | {_fmt(dist.mean)} | {_fmt(dist.p10)} | {_fmt(dist.p50)} | "
+            f"{_fmt(dist.p90)} | {_fmt(dist.low)} … {_fmt(dist.high)} | {below:.0%} | {above:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def offpolicy_markdown(scored: list[ScoredTrajectory]) -> str:
+    """The section `make demo` and `benchmarks/offpolicy.py` print."""
+    if not any(t.spans for t in scored):
+        return "Off-policy spliced tokens: no rollback spliced any tokens in, nothing to score."
+    by_kind: dict[str, list[float]] = {}
+    for trajectory in scored:
+        for span in trajectory.spans:
+            by_kind.setdefault(span.kind, []).append(span.log_is)
+    return "\n".join(
+        [
+            "Off-policy spliced tokens: d = log π(token | purified context) − log π(token | context it was sampled "
+            "in), temperature-1 log-probs of the serving model; control = model tokens SAAR did not splice.",
+            "",
+            token_table(scored),
+            "",
+            "Per rollback, log IS = Σ d over the tokens it spliced in:",
+            "",
+            span_table(by_kind),
+        ]
+    )

@@ -1,0 +1,150 @@
+"""Off-policy gap of spliced tokens: which tokens are scored in which context, and the numbers built from them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fake_inference_server import FakeInferenceServer
+
+from cleaner.rollout.clients import InferenceServerError
+from cleaner.rollout.forced_scoring import ForcedScorer
+from cleaner.rollout.offpolicy import (
+    ScoredTrajectory,
+    control_indices,
+    event_log_is,
+    offpolicy_markdown,
+    quantile,
+    score_trajectory,
+    span_table,
+    with_log_is,
+)
+
+PROMPT = [101, 102, 103]
+# turn 0: 4 tokens, all spliced in by a deep rollback; context (tool response) 2 tokens;
+# turn 1: 3 tokens, the last 2 spliced in by a shallow rollback.
+RESPONSE = [11, 12, 13, 14, 90, 91, 21, 22, 23]
+MASK = [1, 1, 1, 1, 0, 0, 1, 1, 1]
+BEHAVIOUR = [-0.5, -0.1, -2.0, -0.3, 0.0, 0.0, -0.2, -1.0, -0.05]
+
+
+def record() -> dict:
+    return {
+        "key": "p0#0#saar",
+        "prompt_ids": PROMPT,
+        "response_ids": RESPONSE,
+        "response_mask": MASK,
+        "response_logprobs": BEHAVIOUR,
+        "pieces": [
+            {"role": "assistant", "turn": 0, "start": 0, "end": 4},
+            {"role": "context", "turn": 0, "start": 4, "end": 6},
+            {"role": "assistant", "turn": 1, "start": 6, "end": 7},
+            {"role": "assistant", "turn": 1, "start": 7, "end": 9},
+        ],
+        "saar_spliced_spans": [[0, 4, 1], [7, 9, 2]],
+        "saar_rollback_events": [
+            {"position": 0, "mode": "deep", "log_is_ratio": None},
+            {"position": 1, "mode": "shallow", "log_is_ratio": None},
+        ],
+    }
+
+
+class RecordingScorer:
+    """log π of token t at full-sequence index i: -t/100 - i/1000, so every value names its token and place."""
+
+    def __init__(self):
+        self.calls = []
+
+    async def __call__(self, sequence, indices):
+        self.calls.append((list(sequence), list(indices)))
+        return [-sequence[i] / 100 - i / 1000 for i in indices]
+
+
+def expected(response_index: int) -> float:
+    i = len(PROMPT) + response_index
+    return -RESPONSE[response_index] / 100 - i / 1000 - BEHAVIOUR[response_index]
+
+
+async def test_spliced_and_control_tokens_are_scored_in_the_final_sequence():
+    scorer = RecordingScorer()
+    scored = await score_trajectory(record(), scorer)
+    # One call over prompt + response; spliced and control model tokens, never the context (mask 0) tokens.
+    [(sequence, indices)] = scorer.calls
+    assert sequence == PROMPT + RESPONSE
+    assert indices == [len(PROMPT) + i for i in (0, 1, 2, 3, 6, 7, 8)]
+    deep, shallow = scored.spans
+    assert (deep.position, deep.kind) == (0, "deep") and (shallow.position, shallow.kind) == (1, "shallow")
+    assert deep.deltas == pytest.approx([expected(i) for i in range(4)])
+    assert shallow.deltas == pytest.approx([expected(7), expected(8)])
+    assert shallow.log_is == pytest.approx(expected(7) + expected(8))
+    assert control_indices(record()) == [6]
+    assert scored.control_deltas == pytest.approx([expected(6)])
+    assert ScoredTrajectory.from_dict(scored.to_dict()) == scored
+
+
+async def test_log_is_is_written_into_each_rollback_event():
+    scored = await score_trajectory(record(), RecordingScorer(), with_control=False)
+    updated = with_log_is(record(), scored)
+    events = updated["saar_rollback_events"]
+    assert events[0]["log_is_ratio"] == pytest.approx(sum(expected(i) for i in range(4)))
+    assert events[1]["log_is_ratio"] == pytest.approx(expected(7) + expected(8))
+    assert event_log_is([updated]) == {"deep": [events[0]["log_is_ratio"]], "shallow": [events[1]["log_is_ratio"]]}
+    assert scored.control_deltas == []
+
+
+async def test_a_record_without_behaviour_logprobs_is_refused():
+    bad = {**record(), "response_logprobs": None}
+    with pytest.raises(ValueError, match="no response_logprobs"):
+        await score_trajectory(bad, RecordingScorer())
+
+
+async def test_a_span_outside_any_rollback_turn_is_refused():
+    bad = {**record(), "saar_rollback_events": [{"position": 0, "mode": "deep"}]}
+    with pytest.raises(ValueError, match="turn 1, which has no rollback event"):
+        await score_trajectory(bad, RecordingScorer())
+
+
+def test_span_table_counts_ratios_outside_half_and_two():
+    table = span_table({"shallow": [math.log(0.25), math.log(0.9), math.log(3.0), math.log(1.1)]})
+    row = next(line for line in table.splitlines() if line.startswith("| shallow"))
+    assert row.endswith("| 25% | 25% |")
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert quantile([5.0], 0.9) == 5.0
+
+
+async def test_markdown_has_spliced_and_control_rows_by_kind():
+    text = offpolicy_markdown([await score_trajectory(record(), RecordingScorer())])
+    assert "| spliced, shallow | 2 |" in text and "| spliced, deep | 4 |" in text
+    assert "| control (not spliced) | 1 |" in text
+    assert "| deep | 1 |" in text
+    assert offpolicy_markdown([]).startswith("Off-policy spliced tokens: no rollback")
+
+
+def forcing_server_answer(path, body):
+    """llama.cpp's /completion honouring the logit bias: the forced token is generated, log-prob -len(prompt)/10."""
+    [[token, bias]] = body["logit_bias"]
+    assert bias >= 100 and body["n_predict"] == 1 and body["n_probs"] == 1
+    logprob = -len(body["prompt"]) / 10
+    return 200, {"tokens": [token], "completion_probabilities": [{"id": token, "logprob": logprob}]}
+
+
+async def test_forced_scorer_scores_each_token_after_its_prefix():
+    with FakeInferenceServer(forcing_server_answer) as server:
+        values = await ForcedScorer(server.url)([5, 6, 7, 8, 9], [1, 3, 4])
+    assert values == pytest.approx([-0.1, -0.3, -0.4])
+    assert [(body["prompt"], body["logit_bias"]) for _, body in server.requests] == [
+        ([5], [[6, 100.0]]),
+        ([5, 6, 7], [[8, 100.0]]),
+        ([5, 6, 7, 8], [[9, 100.0]]),
+    ]
+    assert {path for path, _ in server.requests} == {"/completion"}
+
+
+async def test_forced_scorer_fails_when_the_server_ignores_the_bias():
+    def unforced(path, body):
+        return 200, {"tokens": [0], "completion_probabilities": [{"id": 0, "logprob": -1.0}]}
+
+    with FakeInferenceServer(unforced) as server, pytest.raises(InferenceServerError, match="forced token 6"):
+        await ForcedScorer(server.url)([5, 6], [1])
+    with pytest.raises(ValueError, match="first token has no context"):
+        await ForcedScorer("http://127.0.0.1:1")([5, 6], [0])
