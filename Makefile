@@ -84,3 +84,11 @@ train-cpu: setup
 	env $(TRAIN_CPU_ENV) MODEL_PATH="$$model" recipe/cleaner/cpu_smoke.sh $(TRAIN_CPU_ARGS) && \
 	env $(TRAIN_CPU_ENV) MODEL_PATH="$$model" RESUME_MODE=auto TOTAL_TRAINING_STEPS=3 SAVE_FREQ=-1 TEST_FREQ=-1 \
 		VERL_FILE_LOGGER_PATH=$(CURDIR)/train-cpu-output/metrics-resume.jsonl recipe/cleaner/cpu_smoke.sh $(TRAIN_CPU_ARGS)
+
+# The evaluation scripts on CPU (docs/evaluation.md): eval_aime_gpqa.sh and eval_livecodebench.sh with PLATFORM=cpu
+# on the bundled two-problem sets (dataset/eval-cpu), n=2, test-time SAAR on and off, against the same converted
+# 0.5B model as train-cpu; then one `cleaner eval score` table over the six dumps. Output in eval-cpu-output/.
+.PHONY: eval-cpu
+eval-cpu: setup
+	@model="$$($(PY) -m cleaner.models convert)" && \
+	MODEL_PATH="$$model" recipe/cleaner/eval/cpu_smoke.sh $(EVAL_CPU_ARGS)
