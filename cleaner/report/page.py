@@ -7,8 +7,8 @@ import html
 from datetime import datetime, timezone
 from typing import Any
 
-from cleaner.trajectory.summary import ModeSummary, added_latency, summarize, summary_rows
 from cleaner.saar.stats import PREFIX
+from cleaner.trajectory.summary import ModeSummary, added_latency, summarize, summary_rows
 
 from .svg import BarChart, render_bar_chart
 

@@ -42,6 +42,12 @@ def register(subparsers) -> None:
         default="on",
         help="SAAR rollback on or off (write each mode to its own --output)",
     )
+    parser.add_argument(
+        "--score-rollbacks",
+        action="store_true",
+        help="score each splice in its purified context (SAAR's rollback_is_measure) and record its log IS ratio "
+        "in the rollback event; needs a server that returns prompt log-probs (vllm, sglang)",
+    )
     parser.add_argument("-n", "--n-samples", type=int, default=1, help="trajectories per problem")
     parser.add_argument("--limit", type=int, help="only the first N problems")
     parser.add_argument("--concurrency", type=int, default=2, help="trajectories in flight")
@@ -86,6 +92,22 @@ def _base_tokenizer(args: argparse.Namespace):
     return AutoTokenizer.from_pretrained(args.tokenizer)
 
 
+def check_scoring(args: argparse.Namespace) -> None:
+    """`--score-rollbacks` needs SAAR on and a server that returns prompt-token log-probs."""
+    if not args.score_rollbacks:
+        return
+    if args.saar != "on":
+        raise SystemExit("--score-rollbacks scores SAAR's splices: it needs --saar on")
+    from .clients import make_client
+
+    probe = make_client(ServerClientConfig(backend=args.backend, url=args.server_url))
+    if not probe.returns_prompt_logprobs:
+        raise SystemExit(
+            f"--score-rollbacks needs prompt-token log-probs, which the {args.backend} server does not return: "
+            "use --backend vllm or sglang (make demo scores llama.cpp's splices afterwards, docs/demo.md)"
+        )
+
+
 def settings_from_args(args: argparse.Namespace):
     from .driver import RolloutSettings
 
@@ -105,6 +127,7 @@ def settings_from_args(args: argparse.Namespace):
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,
+        score_rollbacks=args.score_rollbacks,
         concurrency=args.concurrency,
         trajectory_timeout_s=args.trajectory_timeout,
         overrides=tuple(args.override),
@@ -132,7 +155,6 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
     from rich.console import Console
 
     from cleaner.trajectory.store import read_records
-
     from cleaner.trajectory.summary import render_table, summarize
 
     console = Console()
@@ -151,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     from .driver import RolloutRunner
     from .problems import load_problems
 
+    check_scoring(args)
     problems = load_problems(args.data, args.limit)
     settings = settings_from_args(args)
     client = client_from_args(args)

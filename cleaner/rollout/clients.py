@@ -8,6 +8,14 @@ turns it into verl's `TokenOutput`, so the training agent loop runs unchanged ag
 - SGLang's native `/generate` (`input_ids`),
 - vLLM's OpenAI `/v1/completions` with a token-id prompt,
 - llama.cpp's native `/completion` (prompt as an id list, `n_probs`, `return_tokens`).
+
+verl's scoring contract (what SAAR's `rollback_is_measure` / `rollback_is_threshold` send): sampling param
+`prompt_logprobs=0` with `max_tokens=1` asks for the log-prob of every prompt token; the answer's
+`extra_fields["prompt_logprobs"]` has one row per prompt token, row i holding `[log-prob of token i + 1]`
+and the last row a dummy `[0.0]` (`extra_fields["prompt_ids"]` the matching ids), as verl 0.9.1's vLLM and
+SGLang servers return it. SGLang (`logprob_start_len=0`, `meta_info.input_token_logprobs`) and vLLM
+(`prompt_logprobs` in `/v1/completions`, `choices[0].prompt_logprobs`) honour it; llama.cpp's server returns
+log-probs of generated tokens only, so that client refuses the request, naming the option.
 """
 
 from __future__ import annotations
@@ -38,6 +46,33 @@ class InferenceServerError(RuntimeError):
 
 class InferenceServerTimeout(InferenceServerError):
     """No answer within `request_timeout_s`."""
+
+
+# The settings that make SAAR score splices through `prompt_logprobs`, for error messages.
+SCORING_OPTIONS = "SAAR's rollback_is_measure / rollback_is_threshold (`cleaner rollout --score-rollbacks`)"
+
+
+def requested_prompt_logprobs(sampling_params: dict[str, Any]) -> bool:
+    """Whether the call asks for prompt log-probs (verl's `prompt_logprobs`); only 0 (the actual tokens) is served."""
+    value = sampling_params.get("prompt_logprobs")
+    if value is None:
+        return False
+    if isinstance(value, bool) or value != 0:
+        raise InferenceServerError(
+            f"prompt_logprobs={value!r}: the rollout clients return the log-prob of each prompt token only "
+            "(prompt_logprobs=0), not top-k alternatives"
+        )
+    return True
+
+
+def prompt_logprob_rows(prompt_ids: list[int], logprobs: list[float]) -> dict[str, list[list[float]] | list[list[int]]]:
+    """verl's `extra_fields` for `prompt_logprobs=0`: `logprobs[i]` is the log-prob of prompt token i + 1."""
+    if len(logprobs) != len(prompt_ids) - 1:
+        raise InferenceServerError(f"{len(logprobs)} prompt log-probs for a prompt of {len(prompt_ids)} tokens")
+    return {
+        "prompt_logprobs": [[float(x)] for x in logprobs] + [[0.0]],
+        "prompt_ids": [[int(t)] for t in prompt_ids[1:]] + [[0]],
+    }
 
 
 def call_seed(base_seed: int, call_index: int) -> int:
@@ -87,9 +122,18 @@ class TokenServerClient(ABC):
             raise InferenceServerError("multi-modal inputs are not supported by the HTTP rollout clients")
         if not prompt_ids:
             raise InferenceServerError("empty prompt_ids")
+        with_prompt_logprobs = requested_prompt_logprobs(sampling_params)
+        if with_prompt_logprobs and not self.returns_prompt_logprobs:
+            raise InferenceServerError(
+                f"{self.config.backend}'s server returns no prompt-token log-probs, so it cannot answer "
+                f"prompt_logprobs, which {SCORING_OPTIONS} need: serve the model with vLLM or SGLang, or turn "
+                "the option off"
+            )
         max_new_tokens = self._max_new_tokens(len(prompt_ids), sampling_params)
         seed = self._seed(request_id, sampling_params)
         path, body = self.request(prompt_ids, sampling_params, max_new_tokens, seed)
+        if with_prompt_logprobs:
+            body.update(self.prompt_logprobs_fields())
         try:
             response = await self.http.post(path, json=body)
         except httpx.TimeoutException as exc:
@@ -115,6 +159,11 @@ class TokenServerClient(ABC):
             raise InferenceServerError(
                 f"{self.config.backend} server returned {len(output.token_ids)} tokens but {len(output.log_probs)} log-probs"
             )
+        if with_prompt_logprobs:
+            rows = prompt_logprob_rows(prompt_ids, self.parse_prompt_logprobs(payload, prompt_ids))
+            output = ServerOutput(
+                output.token_ids, output.log_probs, output.stop_reason, {**output.extra_fields, **rows}
+            )
         return output
 
     def _max_new_tokens(self, prompt_len: int, sampling_params: dict[str, Any]) -> int:
@@ -131,6 +180,17 @@ class TokenServerClient(ABC):
         call_index = self._calls_per_request[request_id]
         self._calls_per_request[request_id] += 1
         return None if base is None else call_seed(int(base), call_index)
+
+    # Whether the server can return the log-probs of prompt tokens (verl's `prompt_logprobs`).
+    returns_prompt_logprobs = False
+
+    def prompt_logprobs_fields(self) -> dict[str, Any]:
+        """Request fields that ask the server for prompt-token log-probs."""
+        raise NotImplementedError
+
+    def parse_prompt_logprobs(self, payload: dict[str, Any], prompt_ids: list[int]) -> list[float]:
+        """Log-probs of prompt tokens 1 .. n-1 (the first token has no context)."""
+        raise NotImplementedError
 
     @abstractmethod
     def request(
@@ -157,6 +217,12 @@ def _require(payload: Any, key: str, backend: str) -> Any:
     return payload[key]
 
 
+def _logprob(value: Any, backend: str, index: int) -> float:
+    if value is None:
+        raise InferenceServerError(f"{backend} returned no log-prob for prompt token {index}")
+    return float(value)
+
+
 def _stop_fields(sampling_params: dict[str, Any]) -> dict[str, Any]:
     """Stop strings and stop token ids (SGLang and vLLM name them alike), only those the caller set."""
     fields: dict[str, Any] = {}
@@ -168,6 +234,17 @@ def _stop_fields(sampling_params: dict[str, Any]) -> dict[str, Any]:
 
 
 class SGLangClient(TokenServerClient):
+    returns_prompt_logprobs = True
+
+    def prompt_logprobs_fields(self):
+        return {"logprob_start_len": 0}
+
+    def parse_prompt_logprobs(self, payload, prompt_ids):
+        entries = _require(payload["meta_info"], "input_token_logprobs", "sglang")
+        if len(entries) != len(prompt_ids) or [int(e[1]) for e in entries] != list(prompt_ids):
+            raise InferenceServerError("sglang input_token_logprobs do not match the prompt's token ids")
+        return [_logprob(e[0], "sglang", i) for i, e in enumerate(entries) if i > 0]
+
     def request(self, prompt_ids, sampling_params, max_new_tokens, seed):
         params = {
             **_sampling_fields(sampling_params),
@@ -197,6 +274,25 @@ class SGLangClient(TokenServerClient):
 
 
 class VLLMClient(TokenServerClient):
+    returns_prompt_logprobs = True
+
+    def prompt_logprobs_fields(self):
+        return {"prompt_logprobs": 0}
+
+    def parse_prompt_logprobs(self, payload, prompt_ids):
+        rows = _require(payload["choices"][0], "prompt_logprobs", "vllm")
+        if rows is None or len(rows) != len(prompt_ids):
+            raise InferenceServerError(
+                f"vllm returned {0 if rows is None else len(rows)} prompt log-prob rows for {len(prompt_ids)} prompt tokens"
+            )
+        result = []
+        for index in range(1, len(prompt_ids)):
+            entry = (rows[index] or {}).get(str(prompt_ids[index]))
+            if entry is None:
+                raise InferenceServerError(f"vllm prompt_logprobs row {index} lacks prompt token {prompt_ids[index]}")
+            result.append(_logprob(entry["logprob"], "vllm", index))
+        return result
+
     def request(self, prompt_ids, sampling_params, max_new_tokens, seed):
         body = {
             "model": self.config.model,

@@ -51,6 +51,9 @@ class RolloutSettings:
     seed: int = 0
     concurrency: int = 2
     trajectory_timeout_s: float = 600.0
+    # SAAR's rollback_is_measure: score every splice in its purified context (prompt log-probs from the server)
+    # and record the log IS ratio in its rollback event.
+    score_rollbacks: bool = False
     overrides: tuple[str, ...] = ()  # extra hydra overrides of verl's ppo_trainer config
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -90,6 +93,7 @@ def trainer_overrides(settings: RolloutSettings, tool_config: Path, saar: bool) 
         f"{MULTI_TURN}.max_tool_response_length={settings.max_tool_response_length}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={settings.agent_loop_config_path}",
         f"+{MULTI_TURN}.enable_tool_rollback={'true' if saar else 'false'}",
+        *([f"+{MULTI_TURN}.rollback_is_measure=true"] if saar and settings.score_rollbacks else []),
         *settings.overrides,
     ]
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from statistics import NormalDist, fmean, stdev
 from typing import Any
 
-from cleaner.trajectory.summary import is_correct
 from cleaner.saar.aggregate import model_errors
 from cleaner.saar.stats import PREFIX
+from cleaner.trajectory.summary import is_correct
 
 Record = Mapping[str, Any]
 

@@ -7,11 +7,11 @@ import argparse
 import pytest
 from verl.utils.tokenizer.continuous_token import QwenContinuousTokenBuilder
 
+from cleaner.models.model_assets import default_cache_dir
+from cleaner.models.qwen25_tokenizer import load_qwen25_tokenizer
 from cleaner.resources import PYTHON_BLOCK_CHAT_TEMPLATE, resource_path
 from cleaner.rollout.chat_template import use_chat_template
 from cleaner.rollout.cli import load_tokenizer
-from cleaner.models.model_assets import default_cache_dir
-from cleaner.models.qwen25_tokenizer import load_qwen25_tokenizer
 from cleaner.verl.code_interpreter_tool import default_tool_schema
 
 pytestmark = pytest.mark.real_model  # the Qwen2.5 tokenizer derived from the demo GGUF

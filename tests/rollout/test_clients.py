@@ -192,3 +192,91 @@ async def test_unreachable_server_is_an_error():
 def test_unknown_backend_is_rejected():
     with pytest.raises(ValueError, match="unknown inference backend 'tgi'"):
         ServerClientConfig(backend="tgi", url="http://x")
+
+
+# verl's scoring contract: prompt_logprobs=0 and max_tokens=1; row i of the answer is the log-prob of token i + 1.
+SCORING = {**SAMPLING, "prompt_logprobs": 0, "max_tokens": 1}
+PROMPT_LOGPROBS = [-(i + 1) / 10 for i in range(1, len(PROMPT))]  # of PROMPT[1:]
+
+
+def sglang_scoring_answer(path, body):
+    status, answer = sglang_answer(path, body)
+    if body.get("logprob_start_len") == 0:
+        # SGLang: one entry per input token, the first without a log-prob.
+        answer["meta_info"]["input_token_logprobs"] = [[None, PROMPT[0], None]] + [
+            [lp, tid, None] for lp, tid in zip(PROMPT_LOGPROBS, PROMPT[1:])
+        ]
+    return status, answer
+
+
+def vllm_scoring_answer(path, body):
+    status, answer = vllm_answer(path, body)
+    if body.get("prompt_logprobs") == 0:
+        # vLLM: one entry per prompt token (None first), each {token id: Logprob} holding the prompt token.
+        answer["choices"][0]["prompt_logprobs"] = [None] + [
+            {str(tid): {"logprob": lp, "rank": 2, "decoded_token": "x"}} for lp, tid in zip(PROMPT_LOGPROBS, PROMPT[1:])
+        ]
+    return status, answer
+
+
+@pytest.mark.parametrize(("backend", "answer"), [("sglang", sglang_scoring_answer), ("vllm", vllm_scoring_answer)])
+async def test_prompt_logprobs_come_back_in_verls_layout(backend, answer):
+    with FakeInferenceServer(answer) as server:
+        client = client_for(backend, server.url)
+        try:
+            out = await client.generate("r", prompt_ids=PROMPT, sampling_params=SCORING)
+            plain = await client.generate("r", prompt_ids=PROMPT, sampling_params=SAMPLING)
+        finally:
+            await client.aclose()
+    rows = out.extra_fields["prompt_logprobs"]
+    assert len(rows) == len(PROMPT) and rows[-1] == [0.0]
+    assert [row[0] for row in rows[:-1]] == pytest.approx(PROMPT_LOGPROBS)
+    assert out.extra_fields["prompt_ids"] == [[t] for t in PROMPT[1:]] + [[0]]
+    scoring_body, plain_body = server.requests[0][1], server.requests[1][1]
+    if backend == "sglang":
+        assert scoring_body["logprob_start_len"] == 0 and scoring_body["sampling_params"]["max_new_tokens"] == 1
+        assert "logprob_start_len" not in plain_body
+    else:
+        assert scoring_body["prompt_logprobs"] == 0 and scoring_body["max_tokens"] == 1
+        assert "prompt_logprobs" not in plain_body
+    assert "prompt_logprobs" not in plain.extra_fields
+
+
+async def test_llamacpp_refuses_prompt_logprobs_naming_the_option():
+    with FakeInferenceServer(llamacpp_answer) as server:
+        client = client_for("llamacpp", server.url)
+        with pytest.raises(
+            InferenceServerError, match=r"no prompt-token log-probs.*rollback_is_measure.*--score-rollbacks"
+        ):
+            await client.generate("r", prompt_ids=PROMPT, sampling_params=SCORING)
+        await client.aclose()
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("backend", ["sglang", "vllm"])
+async def test_a_server_without_prompt_logprobs_in_its_answer_is_an_error(backend):
+    with FakeInferenceServer(ANSWERS[backend]) as server:
+        client = client_for(backend, server.url)
+        with pytest.raises(InferenceServerError, match="prompt_logprobs|input_token_logprobs"):
+            await client.generate("r", prompt_ids=PROMPT, sampling_params=SCORING)
+        await client.aclose()
+
+
+async def test_vllm_prompt_logprobs_of_other_tokens_are_an_error():
+    def answer(path, body):
+        status, payload = vllm_scoring_answer(path, body)
+        payload["choices"][0]["prompt_logprobs"][3] = {"7": {"logprob": -0.1, "rank": 1}}
+        return status, payload
+
+    with FakeInferenceServer(answer) as server:
+        client = client_for("vllm", server.url)
+        with pytest.raises(InferenceServerError, match=f"row 3 lacks prompt token {PROMPT[3]}"):
+            await client.generate("r", prompt_ids=PROMPT, sampling_params=SCORING)
+        await client.aclose()
+
+
+async def test_top_k_prompt_logprobs_are_refused():
+    client = client_for("vllm", "http://127.0.0.1:9")
+    with pytest.raises(InferenceServerError, match="prompt_logprobs=5"):
+        await client.generate("r", prompt_ids=PROMPT, sampling_params={**SCORING, "prompt_logprobs": 5})
+    await client.aclose()

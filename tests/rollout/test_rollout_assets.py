@@ -17,8 +17,8 @@ from cleaner.models.model_assets import (
     chunk_paths,
     resolve_model_path,
 )
-from cleaner.rollout.problems import load_problems
 from cleaner.models.qwen25_tokenizer import QWEN25_VOCAB_SIZE, load_qwen25_tokenizer
+from cleaner.rollout.problems import load_problems
 
 pytestmark = pytest.mark.real_model  # reads the demo GGUF
 
