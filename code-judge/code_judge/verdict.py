@@ -8,6 +8,7 @@ unsupported `type`. One reason is our own: `worker_starved`, the wall-clock cap 
 waiting for a CPU the loaded machine did not give it (an infrastructure outcome, not the program's fault).
 Extra fields (ignored by old clients): `exception_type`, `exception_line`, `exception_message`, `exit_code`,
 `signal`, `truncated`, `limit` (the sandbox limit that fired, or null) and `cpu_cost` (CPU seconds of the run).
+A program stopped by a time limit gets upstream's timeout line as the last line of its stdout (TIMEOUT_LINE).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ INTERNAL_ERROR = "internal_error"
 INVALID_INPUT = "invalid_input"
 
 _TIME_LIMITS = (LimitHit.WALL_TIME, LimitHit.CPU_TIME)
+# What upstream's in-program alarm prints before it kills the program; its clients (and its tests) match it.
+TIMEOUT_LINE = "Suicide from timeout.\n"
 
 
 @dataclass(frozen=True)
@@ -40,16 +43,26 @@ def _cut(text: str, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit], True)
 
 
+def _with_timeout_line(stdout: str, limit: int) -> tuple[str, bool]:
+    """The program's output, cut to leave room for it, ending with TIMEOUT_LINE on a line of its own."""
+    kept, cut = _cut(stdout, max(0, limit - len(TIMEOUT_LINE) - 1))
+    if kept and not kept.endswith("\n"):
+        kept += "\n"
+    return kept + TIMEOUT_LINE, cut
+
+
 def execution_verdict(spec: JobSpec, result: ExecutionResult) -> dict[str, Any]:
     run_success = result.run_success
     success = run_success
     if success and spec.expected_output is not None:
         # Output past the sandbox's capture cap is unknown, so it cannot be declared equal.
         success = not result.stdout_truncated and result.stdout.strip() == spec.expected_output.strip()
-    reason = ""
     if result.limit_hit in _TIME_LIMITS:
         reason = WORKER_STARVED if result.starved else WORKER_TIMEOUT
-    stdout, stdout_cut = _cut(result.stdout, spec.max_output_chars)
+        stdout, stdout_cut = _with_timeout_line(result.stdout, spec.max_output_chars)
+    else:
+        reason = ""
+        stdout, stdout_cut = _cut(result.stdout, spec.max_output_chars)
     stderr, stderr_cut = _cut(result.stderr, spec.max_output_chars)
     verdict: dict[str, Any] = {
         "sub_id": spec.sub_id,

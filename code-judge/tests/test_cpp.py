@@ -45,6 +45,14 @@ def test_cpp_infinite_loop_hits_the_time_limit(client):
     assert TIME_LIMIT_S <= verdict["cost"] < TIME_LIMIT_S + 1
 
 
+def test_cpp_sleeping_past_the_limit_answers_upstreams_timeout_line(client):
+    """Upstream's own C++ timeout test, at this service's limit."""
+    source = f'#include <cstdio>\n#include <unistd.h>\nint main(){{sleep({TIME_LIMIT_S:g});printf("a");return 0;}}\n'
+    verdict = client.post("/run", json={"type": "cpp", "solution": source, "expected_output": "a"}).json()
+    assert (verdict["success"], verdict["run_success"], verdict["reason"]) == (False, False, "worker_timeout")
+    assert verdict["stdout"].strip() == "Suicide from timeout."
+
+
 def test_cpp_memory_bomb_is_stopped_by_the_memory_limit(client):
     source = (
         "#include <vector>\nint main() { std::vector<char*> kept; for (;;) { char* block = new char[1 << 20];\n"

@@ -6,6 +6,7 @@ import errno
 import signal
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -50,6 +51,16 @@ def test_wall_time_limit_is_reported_within_half_a_second(sandbox, source):
     assert not result.run_success
     assert 1.0 <= elapsed < 1.5
     assert 1.0 <= result.cost_s < 1.5
+
+
+def test_a_program_sleeping_exactly_the_limit_is_stopped_by_it(sandbox):
+    """The zygote's wait ends at the cap, not up to 0.1 % of it later (select's slack), when the sleep is over."""
+    limits = Limits(wall_time_s=2.0, cpu_time_s=5)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: sandbox.run("import time\ntime.sleep(2)", "", limits), range(4)))
+    stopped = (LimitHit.WALL_TIME, False, signal.SIGKILL)
+    assert [(r.limit_hit, r.run_success, r.signal) for r in results] == [stopped] * 4
+    assert all(2.0 <= r.cost_s < 2.5 for r in results)
 
 
 def test_cpu_limit_cannot_be_raised(sandbox):

@@ -44,6 +44,20 @@ def test_time_limits_give_worker_timeout_and_name_the_limit():
         assert verdict["limit"] == limit.value and verdict["signal"] == 9
 
 
+def test_a_run_stopped_at_a_time_limit_ends_its_stdout_with_upstreams_timeout_line():
+    stopped = dict(exit_code=None, signal=9, cost_s=3.0)
+    for limit, starved in ((LimitHit.WALL_TIME, False), (LimitHit.CPU_TIME, False), (LimitHit.WALL_TIME, True)):
+        verdict = execution_verdict(spec(), result(**stopped, limit_hit=limit, starved=starved, stdout="partial"))
+        assert verdict["stdout"] == "partial\nSuicide from timeout.\n" and verdict["truncated"] is False
+    long_output = execution_verdict(
+        spec(max_chars=30), result(**stopped, limit_hit=LimitHit.WALL_TIME, stdout="x" * 50)
+    )
+    assert long_output["stdout"] == "x" * 7 + "\nSuicide from timeout.\n" and long_output["truncated"] is True
+    assert len(long_output["stdout"]) == 30
+    assert "stdout" not in execution_verdict(spec(with_output=False), result(**stopped, limit_hit=LimitHit.WALL_TIME))
+    assert execution_verdict(spec(), result(exit_code=1, limit_hit=LimitHit.MEMORY))["stdout"] == "42\n"
+
+
 def test_a_starved_run_answers_worker_starved_with_the_cpu_it_used():
     starved = result(exit_code=None, signal=9, limit_hit=LimitHit.WALL_TIME, cost_s=10.0, cpu_s=0.05, starved=True)
     verdict = execution_verdict(spec(), starved)
