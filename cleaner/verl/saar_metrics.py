@@ -26,6 +26,9 @@ REFERENCE_NAMES: dict[str, str] = {
     ROLLBACK + "rollback_tool_call_only_count": ROLLBACK + "shallow",
     TOOL_CALLS + "total_attempts": TOOL_CALLS + "first_attempt",
     TOOL_CALLS + "success_rate": TOOL_CALLS + "first_attempt_success_rate",
+    ROLLBACK + "planb_append_count": ROLLBACK + "is_gate_appended",
+    ROLLBACK + "planb_replace_count": ROLLBACK + "is_gate_replaced",
+    ROLLBACK + "planb_append_rate": ROLLBACK + "is_gate_append_rate",
 }
 SCORE_ACC = "critic/score/acc"
 # Prefix for the same metrics computed on validation rollouts (verl's own auxiliary validation section).
@@ -33,6 +36,7 @@ VALIDATION_PREFIX = "val-aux/"
 
 
 def _rollback_metrics(summary: SaarSummary) -> dict[str, float | None]:
+    appended, replaced = summary.total("planb_appends"), summary.total("planb_replaces")
     return {
         "trajectories": summary.trajectories,
         "enabled_fraction": summary.enabled_fraction,
@@ -55,6 +59,11 @@ def _rollback_metrics(summary: SaarSummary) -> dict[str, float | None]:
         "retries_per_rollback": summary.retries_per_rollback,
         "spliced_token_fraction": summary.spliced_token_fraction,
         "resampled_token_ratio": summary.resampled_token_ratio,
+        # rollback_is_threshold (Plan B): recovered positions the IS gate appended (failure kept) or replaced
+        "is_gate_appended": appended,
+        "is_gate_replaced": replaced,
+        "is_gate_append_rate": appended / (appended + replaced) if appended + replaced else None,
+        "is_scored": summary.total("is_scored"),  # splices scored in their purified context
     }
 
 

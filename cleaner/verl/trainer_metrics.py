@@ -34,10 +34,16 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
+from cleaner.saar.stats import PREFIX
+from cleaner.verl.offpolicy_metrics import OffpolicyRow, offpolicy_metrics
 from cleaner.verl.private_api import require_verl_api
 from cleaner.verl.saar_metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns, score_acc_metrics
 
 logger = logging.getLogger(__name__)
+
+SPLICED_SPANS = PREFIX + "spliced_spans"
+OLD_LOG_PROBS, ROLLOUT_LOG_PROBS, RESPONSE_MASK = "old_log_probs", "rollout_log_probs", "response_mask"
 
 # Attribute set on every wrapper, so `install()` is idempotent and tests can find the original.
 _MARK = "__cleaner_saar_metrics__"
@@ -62,9 +68,24 @@ def _wrap_compute_data_metrics(original: Callable) -> Callable:
         metrics.update(aggregate_saar_metrics(rows_from_columns(batch.non_tensor_batch)))
         # The reward's extra info (acc, pred, ...) is a column of the batch by now (verl's extract_reward).
         metrics.update(score_acc_metrics(batch.non_tensor_batch.get("acc", [])))
+        metrics.update(offpolicy_metrics(_legacy_offpolicy_rows(batch)))
         return metrics
 
     return _mark(compute_data_metrics)
+
+
+def _legacy_offpolicy_rows(batch) -> list[OffpolicyRow]:
+    """The batch's SAAR trajectories with both log-probs (none without `calculate_log_probs`)."""
+    tensors, spans = batch.batch, batch.non_tensor_batch.get(SPLICED_SPANS)
+    if spans is None or any(name not in tensors.keys() for name in (OLD_LOG_PROBS, ROLLOUT_LOG_PROBS, RESPONSE_MASK)):
+        return []
+    return [
+        OffpolicyRow(
+            tensors[OLD_LOG_PROBS][row], tensors[ROLLOUT_LOG_PROBS][row], tensors[RESPONSE_MASK][row], spans[row]
+        )
+        for row in range(len(spans))
+        if spans[row] is not None
+    ]
 
 
 # Rows of the validation batches seen while a legacy `_validate` call runs (None outside of one). verl's
@@ -125,20 +146,47 @@ def fetch_extra_fields(keys: list[str], partition_id: str) -> list[dict[str, Any
     return list(data.pop("extra_fields").tolist())  # as verl reads it
 
 
+def _sampled_keys(batch) -> list[str]:
+    """Keys of a `KVBatchMeta`, leaving out the padding entries verl adds to fill a batch."""
+    return [key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
+
+
 def _sampled_rows(batch) -> list[dict[str, Any]]:
-    """Rows of a `KVBatchMeta`, leaving out the padding entries verl adds to fill a batch."""
-    keys = [key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
-    return fetch_extra_fields(keys, batch.partition_id)
+    return fetch_extra_fields(_sampled_keys(batch), batch.partition_id)
+
+
+def _v1_offpolicy_rows(keys: list[str], partition_id: str, rows: list[dict[str, Any]]) -> list[OffpolicyRow]:
+    """The SAAR trajectories among `keys` (whose extra_fields are `rows`), with both log-probs from TransferQueue."""
+    import transfer_queue as tq
+
+    wanted = [index for index, row in enumerate(rows) if row.get(SPLICED_SPANS) is not None]
+    if not wanted:
+        return []
+    fields = (OLD_LOG_PROBS, ROLLOUT_LOG_PROBS, RESPONSE_MASK)
+    data = tq.kv_batch_get(keys=[keys[i] for i in wanted], partition_id=partition_id, select_fields=list(fields))
+    old, rollout, mask = (data[name].unbind(0) for name in fields)  # jagged rows, one per key
+    return [OffpolicyRow(old[n], rollout[n], mask[n], rows[index][SPLICED_SPANS]) for n, index in enumerate(wanted)]
+
+
+def _rollout_log_probs_on(config) -> bool:
+    from omegaconf import OmegaConf
+
+    return bool(config is not None and OmegaConf.select(config, "actor_rollout_ref.rollout.calculate_log_probs"))
 
 
 def _wrap_v1_compute_metrics(original: Callable) -> Callable:
     @functools.wraps(original)
     def _compute_metrics(self, batch, metrics, *args, **kwargs):
         result = original(self, batch, metrics, *args, **kwargs)
-        rows = _sampled_rows(batch)
+        keys = _sampled_keys(batch)
+        rows = fetch_extra_fields(keys, batch.partition_id)
         metrics.update(aggregate_saar_metrics(rows))
-        # The agent-loop worker stores the reward's extra info (acc, pred, ...) in each trajectory's extra_fields.
-        metrics.update(score_acc_metrics([(row.get("reward_extra_info") or {}).get("acc") for row in rows]))
+        # The agent-loop worker stores the reward's extra info (acc, pred, ...) in each trajectory's extra_fields;
+        # a negative sample (save_negative_samples) carries its trajectory's and is not another trajectory.
+        trajectories = [row for row in rows if not row.get(NEGATIVE_SAMPLE_KEY)]
+        metrics.update(score_acc_metrics([(row.get("reward_extra_info") or {}).get("acc") for row in trajectories]))
+        if _rollout_log_probs_on(self.config):
+            metrics.update(offpolicy_metrics(_v1_offpolicy_rows(keys, batch.partition_id, rows)))
         return result
 
     return _mark(_compute_metrics)

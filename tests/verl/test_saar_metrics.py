@@ -26,7 +26,7 @@ def recovered_shallow_trajectory() -> dict:
         response_tokens=100,
     )
     stats.count_failure(ErrorCategory.EXCEPTION)
-    stats.spliced_spans.append(SplicedSpan(10, 22, 1))
+    stats.spliced_spans.append(SplicedSpan(10, 22, 1, "shallow"))
     stats.rollback_events.append(
         RollbackEvent(0, "print(x)", "exception", "NameError", "NameError: x", "print(1)", 0.8, "shallow", 1, 40)
     )
@@ -158,3 +158,18 @@ def test_rows_from_numpy_columns_like_a_dataproto():
     rows = rows_from_columns(columns)
     assert aggregate_saar_metrics(rows) == aggregate_saar_metrics(trajectories)
     assert rows_from_columns({"__num_turns__": np.array([4])}) == []
+
+
+def test_is_gate_decisions_under_ours_and_the_references_names():
+    """rollback_is_threshold (Plan B): positions appended (failure kept) and replaced, summed over the step."""
+    appended = {**recovered_shallow_trajectory(), "saar_planb_appends": 2, "saar_planb_replaces": 1}
+    replaced = {**deep_trajectory(), "saar_planb_appends": 0, "saar_planb_replaces": 1}
+    metrics = aggregate_saar_metrics([appended, replaced])
+    assert (metrics["rollback/is_gate_appended"], metrics["rollback/is_gate_replaced"]) == (2, 2)
+    assert metrics["rollback/is_gate_append_rate"] == 0.5
+    assert metrics["rollback/planb_append_count"] == 2 and metrics["rollback/planb_replace_count"] == 2
+    assert metrics["rollback/planb_append_rate"] == 0.5
+    # no decision in the step (or the gate off): counts 0, the rate left out
+    metrics = aggregate_saar_metrics([deep_trajectory()])
+    assert (metrics["rollback/planb_append_count"], metrics["rollback/is_gate_replaced"]) == (0, 0)
+    assert "rollback/planb_append_rate" not in metrics and "rollback/is_gate_append_rate" not in metrics

@@ -117,12 +117,13 @@ async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue, 
         assert (fields["saar_tool_calls"], fields["saar_rollbacks_triggered"]) == EXPECTED_TRAINING[marker][:2]
 
     # The v1 worker stores the reward's extra info with each trajectory (here: no reward ran, so set it), and
-    # the trainer adds rewards and advantages before it computes metrics (zeros here), and the version tags.
+    # the trainer adds rewards, old log-probs and advantages before it computes metrics (zeros here), and the
+    # version tags.
     for key, acc in zip(batch.keys, [True, False, 0.5, 1.0], strict=True):
         row = queue.partitions["train"][key]
         row["extra_fields"]["reward_extra_info"] = {"acc": acc}
         zeros = torch.zeros(len(row["responses"]), dtype=torch.float32)
-        for name in ("values", "advantages", "returns", "rm_scores", "token_level_rewards"):
+        for name in ("values", "advantages", "returns", "rm_scores", "token_level_rewards", "old_log_probs"):
             row[name] = zeros.clone()
         queue.tags["train"][key].update(min_global_steps=1, max_global_steps=1)
     batch = queue.batch("train")
@@ -135,6 +136,12 @@ async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue, 
     assert metrics["tool_calls/total"] == 8
     assert metrics["tool_calls/total_attempts"] == metrics["tool_calls/first_attempt"]
     assert metrics["critic/score/acc"] == pytest.approx(2 / 4)
+    # rollout log-probs are on: the spliced tokens (shallow, deep, the exhausted position's kept attempt) and the
+    # control are measured
+    offpolicy = {kind: metrics[f"rollback/offpolicy/{kind}/spans"] for kind in ("shallow", "deep", "exhausted")}
+    assert offpolicy["shallow"] == offpolicy["deep"] == 1 and offpolicy["exhausted"] >= 1
+    assert metrics["rollback/offpolicy/spliced/spans"] == sum(offpolicy.values())
+    assert metrics["rollback/offpolicy/control/tokens"] > 0
 
     # padding entries that verl adds to fill a batch are not counted twice
     padded = KVBatchMeta(
@@ -159,6 +166,59 @@ def compute_metrics(config, batch: KVBatchMeta) -> dict[str, float]:
     metrics: dict[str, float] = {}
     PPOTrainer._compute_metrics(trainer, batch, metrics, {"step": 1.0}, global_steps=1, epoch=0)
     return metrics
+
+
+def test_v1_score_acc_counts_trajectories_not_their_negative_samples(queue):
+    """With save_negative_samples, a negative inherits its trajectory's reward info; it is not another trajectory:
+    one correct and one wrong trajectory plus one negative of the correct one is 1 of 2, not 2 of 3."""
+    rows = {
+        "r_0_0": {"negative_sample": True, "reward_extra_info": {"acc": 1.0}},  # negative of the correct one
+        "r_0_1": {"negative_sample": False, "reward_extra_info": {"acc": 1.0}},
+        "w_0_0": {"negative_sample": False, "reward_extra_info": {"acc": 0.0}},
+    }
+    fields = tu.list_of_dict_to_tensordict([{"extra_fields": row} for row in rows.values()])
+    tags = [{} for _ in rows]
+    asyncio.run(queue.async_kv_batch_put(keys=list(rows), fields=fields, tags=tags, partition_id="acc"))
+    trainer = SimpleNamespace(config=None)
+    metrics: dict[str, float] = {}
+    verl_compute_metrics = trainer_metrics._wrap_v1_compute_metrics(lambda self, batch, metrics, *a, **k: None)
+    verl_compute_metrics(trainer, KVBatchMeta(keys=list(rows), tags=tags, partition_id="acc"), metrics)
+    assert metrics["critic/score/acc"] == pytest.approx(1 / 2)
+
+
+def test_v1_offpolicy_metrics_read_both_log_probs_from_transfer_queue(queue):
+    """With rollout log-probs on, the step compares the stored old and rollout log-probs on spliced tokens."""
+    from omegaconf import OmegaConf
+    from test_offpolicy_metrics import expected, rows
+
+    stored = {}
+    for key, (row, length) in zip(["d_0_0", "s_0_0"], zip(rows(), [9, 10], strict=True), strict=True):
+        stored[key] = {
+            "extra_fields": {"saar_spliced_spans": row.spliced_spans},
+            # jagged rows, as TransferQueue holds them (the first response is one token shorter)
+            "old_log_probs": row.old_log_probs[:length],
+            "rollout_log_probs": row.rollout_log_probs[:length],
+            "response_mask": row.response_mask[:length],
+        }
+    stored["other_0_0"] = {  # a trajectory of another agent loop: no spans, not measured
+        "extra_fields": {"saar_spliced_spans": None},
+        **{name: torch.zeros(4) for name in ("old_log_probs", "rollout_log_probs", "response_mask")},
+    }
+    fields = tu.list_of_dict_to_tensordict(list(stored.values()))
+    tags = [{} for _ in stored]
+    asyncio.run(queue.async_kv_batch_put(keys=list(stored), fields=fields, tags=tags, partition_id="offpolicy"))
+    verl_compute_metrics = trainer_metrics._wrap_v1_compute_metrics(lambda self, batch, metrics, *a, **k: None)
+    batch = KVBatchMeta(keys=list(stored), tags=tags, partition_id="offpolicy")
+    for calculate_log_probs in (True, False):
+        trainer = SimpleNamespace(
+            config=OmegaConf.create({"actor_rollout_ref": {"rollout": {"calculate_log_probs": calculate_log_probs}}})
+        )
+        metrics: dict[str, float] = {}
+        verl_compute_metrics(trainer, batch, metrics)
+        if calculate_log_probs:
+            assert {key: metrics[key] for key in expected()} == pytest.approx(expected())
+        else:
+            assert not [key for key in metrics if key.startswith("rollback/offpolicy/")]
 
 
 async def test_v1_validation_reads_each_batch_before_the_trainer_clears_it(worker, queue):

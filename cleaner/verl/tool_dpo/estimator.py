@@ -1,8 +1,8 @@
 """The advantage estimators `grpo_tool_dpo` and `dapo_tool_dpo`, registered with verl's registry.
 
 Both compute GRPO over a batch that holds negative samples (cleaner.saar.negatives):
-1. Per group (`uid`), the mean and std of the outcome rewards are taken over the *positive* samples only,
-   as in verl's GRPO (a group with one positive: mean 0, std 1; `algorithm.norm_adv_by_std_in_grpo`).
+1. Per group (`uid`), the mean and std of the outcome rewards are taken over the *positive* samples only
+   (and of those, only the ones with a trained token: an infra-dropped trajectory stays out), as in verl's GRPO (a group with one positive: mean 0, std 1; `algorithm.norm_adv_by_std_in_grpo`).
    Positives get `(score - mean) / (std + eps)` on every response token; negatives get 0.
 2. With `algorithm.use_dpo_on_tool_calls`, each pair (a positive's successful call, the negative's failed
    call at the same position) gets the reference code's adjustment, computed on `old_log_probs`:
@@ -115,7 +115,10 @@ def tool_dpo_advantages(
                 stats.negatives += 1
             else:
                 stats.positives += 1
-                group_rows[index[row]].append(row)
+                # A trajectory with no trained token (drop_infra_error_trajectories) stays out of its group's
+                # statistics, as with verl's estimators (cleaner.verl.group_statistics); its advantage stays 0.
+                if response_mask[row].any():
+                    group_rows[index[row]].append(row)
         uniform_groups = set()
         for group, rows in group_rows.items():
             group_scores = scores[rows]

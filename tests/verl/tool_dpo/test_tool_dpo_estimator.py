@@ -253,3 +253,16 @@ def test_import_verl_alone_registers_both_estimators():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(sorted([DAPO_TOOL_DPO, GRPO_TOOL_DPO]))
+
+
+def test_a_positive_without_trained_tokens_stays_out_of_its_groups_statistics():
+    """drop_infra_error_trajectories zeroes a trajectory's mask: its reward must not move the healthy samples'."""
+    scores, index = [1.0, 0.0, 1.0, 0.0], ["a"] * 4
+    samples = [positive()] * 4
+    rewards, mask = batch(scores, [WIDTH, WIDTH, WIDTH, 1])
+    mask[3] = 0
+    advantages, _ = tool_dpo_advantages(
+        rewards, mask, np.array(index, dtype=object), torch.zeros(4, WIDTH), samples, ToolDpoSettings()
+    )
+    torch.testing.assert_close(advantages[:3], verl_grpo(scores[:3], index[:3]))
+    assert advantages[3].abs().sum() == 0

@@ -68,7 +68,7 @@ async def test_a_shallow_recovery_gives_one_negative_linked_to_the_replacing_cal
     assert neg_link["id"] == pos_link["id"]
     assert span_text(qwen3_tokenizer, negative, neg_link) == tool_call_text(FAILED) + "<|im_end|>"
     assert span_text(qwen3_tokenizer, positive, pos_link) == tool_call_text(SIMILAR_FIX) + "<|im_end|>"
-    [[spliced_start, spliced_end, _]] = positive.extra_fields["saar_spliced_spans"]
+    [[spliced_start, spliced_end, _, _]] = positive.extra_fields["saar_spliced_spans"]
     assert (pos_link["start"], pos_link["end"]) == (spliced_start, spliced_end)
     assert (negative.extra_fields["negative_sample"], positive.extra_fields["negative_sample"]) == (True, False)
     assert positive.extra_fields["negatives_dropped"] == 0
