@@ -27,9 +27,15 @@ from cleaner.saar.stats import PREFIX
 Record = Mapping[str, Any]
 # The Plan B gate's scale: spans whose IS ratio leaves [0.5, 2] are the ones a gate or a truncation touches.
 LOW_IS, HIGH_IS = 0.5, 2.0
-# Labels of a span's rollback mode (the event's `mode`; "failed" = kept after every retry failed).
-KIND_LABELS = {"shallow": "shallow", "deep": "deep", "failed": "not recovered"}
+# A span's kind: the splice of a recovered position (shallow or deep), or the kept last attempt of a position
+# whose retries all failed ("exhausted"; its rollback event's mode is "failed").
+KIND_LABELS = {"shallow": "shallow", "deep": "deep", "exhausted": "not recovered (last attempt kept)"}
 KINDS = tuple(KIND_LABELS)
+
+
+def kind_of_mode(mode: str) -> str:
+    """The span kind of a rollback event's mode."""
+    return "exhausted" if mode == "failed" else mode
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ class SplicedSpan:
     start: int
     end: int
     position: int  # the rollback event's position (assistant turn)
-    kind: str  # shallow / deep / failed
+    kind: str  # shallow / deep / exhausted
 
 
 def _turn_of(record: Record, index: int) -> int:
@@ -50,7 +56,7 @@ def _turn_of(record: Record, index: int) -> int:
 
 
 def spliced_spans(record: Record) -> list[SplicedSpan]:
-    """Each entry of `saar_spliced_spans` with the rollback event of its turn (its mode gives the kind)."""
+    """Each entry of `saar_spliced_spans` ([start, end, attempt, kind]) with the position of its rollback event."""
     events = {int(event["position"]): event for event in record.get(PREFIX + "rollback_events") or []}
     spans = []
     for entry in record.get(PREFIX + "spliced_spans") or []:
@@ -60,7 +66,8 @@ def spliced_spans(record: Record) -> list[SplicedSpan]:
             raise ValueError(
                 f"{record['key']}: spliced span [{start}, {end}) is in turn {position}, which has no rollback event"
             )
-        spans.append(SplicedSpan(start, end, position, str(events[position]["mode"])))
+        kind = str(entry[3]) if len(entry) > 3 else kind_of_mode(str(events[position]["mode"]))
+        spans.append(SplicedSpan(start, end, position, kind))
     return spans
 
 
@@ -97,7 +104,9 @@ class ScoredTrajectory:
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> ScoredTrajectory:
-        spans = [ScoredSpan(row["key"], int(s["position"]), s["kind"], list(s["deltas"])) for s in row["spans"]]
+        spans = [
+            ScoredSpan(row["key"], int(s["position"]), kind_of_mode(s["kind"]), list(s["deltas"])) for s in row["spans"]
+        ]
         return cls(row["key"], spans, list(row["control_deltas"]))
 
 
@@ -133,22 +142,28 @@ async def score_trajectory(record: Record, score: ScoreFn, with_control: bool = 
 
 
 def with_log_is(record: Record, scored: ScoredTrajectory) -> dict[str, Any]:
-    """The record with each rollback event's `log_is_ratio` set from the scores (events without a span: None)."""
-    by_position = {span.position: span.log_is for span in scored.spans}
-    events = [
-        {**event, "log_is_ratio": by_position.get(int(event["position"]))}
-        for event in record.get(PREFIX + "rollback_events") or []
-    ]
+    """The record with each rollback event's `log_is_ratio` and `is_tokens` set from the scores (no span: None)."""
+    by_position = {span.position: span for span in scored.spans}
+    events = []
+    for event in record.get(PREFIX + "rollback_events") or []:
+        span = by_position.get(int(event["position"]))
+        events.append(
+            {
+                **event,
+                "log_is_ratio": None if span is None else span.log_is,
+                "is_tokens": None if span is None else len(span.deltas),
+            }
+        )
     return {**record, PREFIX + "rollback_events": events}
 
 
 def event_log_is(records: Iterable[Record]) -> dict[str, list[float]]:
-    """The recorded `log_is_ratio` of every scored rollback event, by kind (shallow / deep / failed)."""
+    """The recorded `log_is_ratio` of every scored rollback event, by kind (shallow / deep / exhausted)."""
     by_kind: dict[str, list[float]] = {}
     for record in records:
         for event in record.get(PREFIX + "rollback_events") or []:
             if event.get("log_is_ratio") is not None:
-                by_kind.setdefault(str(event["mode"]), []).append(float(event["log_is_ratio"]))
+                by_kind.setdefault(kind_of_mode(str(event["mode"])), []).append(float(event["log_is_ratio"]))
     return by_kind
 
 

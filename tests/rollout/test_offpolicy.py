@@ -88,8 +88,27 @@ async def test_log_is_is_written_into_each_rollback_event():
     events = updated["saar_rollback_events"]
     assert events[0]["log_is_ratio"] == pytest.approx(sum(expected(i) for i in range(4)))
     assert events[1]["log_is_ratio"] == pytest.approx(expected(7) + expected(8))
+    assert [event["is_tokens"] for event in events] == [4, 2]
     assert event_log_is([updated]) == {"deep": [events[0]["log_is_ratio"]], "shallow": [events[1]["log_is_ratio"]]}
     assert scored.control_deltas == []
+
+
+async def test_span_kinds_come_from_the_span_or_else_from_the_rollback_mode():
+    # Spans of four entries carry their kind; a position whose retries all failed keeps its last attempt.
+    exhausted = {
+        **record(),
+        "saar_spliced_spans": [[0, 4, 1, "deep"], [7, 9, 3, "exhausted"]],
+        "saar_rollback_events": [{"position": 0, "mode": "deep"}, {"position": 1, "mode": "failed"}],
+    }
+    scored = await score_trajectory(exhausted, RecordingScorer())
+    assert [span.kind for span in scored.spans] == ["deep", "exhausted"]
+    old_layout = {**exhausted, "saar_spliced_spans": [[0, 4, 1], [7, 9, 3]]}
+    assert [span.kind for span in (await score_trajectory(old_layout, RecordingScorer())).spans] == [
+        "deep",
+        "exhausted",
+    ]
+    assert "| spliced, not recovered (last attempt kept) | 2 |" in offpolicy_markdown([scored])
+    assert event_log_is([with_log_is(exhausted, scored)]).keys() == {"deep", "exhausted"}
 
 
 async def test_a_record_without_behaviour_logprobs_is_refused():
