@@ -1,5 +1,7 @@
-"""The public path `cleaner.agent_loop.CleanerToolAgentLoop`: the agent loop lives in `cleaner.verl.agent_loop`."""
+"""Retired path. The agent loop is `cleaner.verl.agent_loop.CleanerToolAgentLoop` (registered as
+`cleaner_tool_agent`). Importing this module fails naming it."""
 
-from cleaner.verl.agent_loop import CleanerToolAgentLoop
-
-__all__ = ["CleanerToolAgentLoop"]
+raise ImportError(
+    "cleaner.agent_loop was removed: the agent loop is cleaner.verl.agent_loop.CleanerToolAgentLoop "
+    "(select it with agent_name=cleaner_tool_agent)"
+)

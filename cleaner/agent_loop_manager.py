@@ -1,5 +1,7 @@
-"""The public path `cleaner.agent_loop_manager.CleanerAgentLoopManager` (`cleaner.verl.agent_loop_manager`)."""
+"""Retired path. The manager is `cleaner.verl.agent_loop_manager.CleanerAgentLoopManager`. Importing this module
+fails naming it."""
 
-from cleaner.verl.agent_loop_manager import CleanerAgentLoopManager
-
-__all__ = ["CleanerAgentLoopManager"]
+raise ImportError(
+    "cleaner.agent_loop_manager was removed: set +actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+    "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager"
+)

@@ -1,13 +1,8 @@
-"""The public path `cleaner.plugin`: recipes name `cleaner.plugin.SaarMultiTurnConfig` (`cleaner.verl.multi_turn_config`).
+"""Retired path. The multi-turn config class is `cleaner.verl.multi_turn_config.SaarMultiTurnConfig`, and the
+plugin's install check is `python -m cleaner.verl.plugin --check`. Importing this module fails naming both."""
 
-`python -m cleaner.plugin --check` runs `python -m cleaner.verl.plugin --check` (the plugin's checks).
-"""
-
-if __name__ == "__main__":
-    import runpy
-
-    runpy.run_module("cleaner.verl.plugin", run_name="__main__", alter_sys=True)
-else:
-    from cleaner.verl.multi_turn_config import MULTI_TURN_TARGET, SaarMultiTurnConfig
-
-    __all__ = ["MULTI_TURN_TARGET", "SaarMultiTurnConfig"]
+raise ImportError(
+    "cleaner.plugin was removed: set actor_rollout_ref.rollout.multi_turn._target_="
+    "cleaner.verl.multi_turn_config.SaarMultiTurnConfig, and check an install with "
+    "`python -m cleaner.verl.plugin --check`"
+)

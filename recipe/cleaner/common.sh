@@ -80,8 +80,8 @@ CLEANER_AGENT_LOOP_CONFIG="$CLEANER_ROOT/recipe/cleaner/config/agent_loop.yaml"
 CLEANER_REWARD_PATH="$CLEANER_ROOT/cleaner/rewards/__init__.py"
 CLEANER_DEFAULT_JUDGE_URL="http://127.0.0.1:8088"
 # Logs the rollback/* and tool_calls/* step metrics and checks the agent loop is registered on every worker.
-CLEANER_AGENT_LOOP_MANAGER="cleaner.agent_loop_manager.CleanerAgentLoopManager"
-CLEANER_MULTI_TURN_CONFIG="cleaner.plugin.SaarMultiTurnConfig"
+CLEANER_AGENT_LOOP_MANAGER="cleaner.verl.agent_loop_manager.CleanerAgentLoopManager"
+CLEANER_MULTI_TURN_CONFIG="cleaner.verl.multi_turn_config.SaarMultiTurnConfig"
 
 # "a b" -> "['a','b']" (a Hydra list of paths).
 cleaner_hydra_list() {

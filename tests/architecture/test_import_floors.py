@@ -1,4 +1,6 @@
-"""The package's floors (docs/architecture.md): verl is imported only in `cleaner/verl/`, and imports go downward."""
+"""The package's floors (docs/architecture.md): verl is imported only in `cleaner/verl/`, imports go downward,
+packages on one floor do not import each other in a cycle, and the verl-free floors load neither verl nor torch
+nor transformers."""
 
 from __future__ import annotations
 
@@ -28,12 +30,15 @@ FLOORS: dict[str, int] = {
     "report": 5,
     "models": 5,
     "cli": 6,
-    # Public paths recipes and docs name, kept as aliases of their cleaner.verl modules.
+    # Retired public paths: importing one raises ImportError naming its cleaner.verl replacement.
     "plugin": 6,
     "agent_loop": 6,
     "agent_loop_manager": 6,
 }
+RETIRED = ("plugin", "agent_loop", "agent_loop_manager")
 VERL_FREE_FLOORS = (0, 1, 2, 3)
+# What importing a verl-free floor must leave out of the process.
+HEAVY = ("verl", "torch", "transformers")
 VERL_IMPORT = re.compile(r"^\s*(import verl\b|from verl[\s.])", re.MULTILINE)
 
 
@@ -101,16 +106,73 @@ def test_imports_only_go_down_the_floors():
     assert not upward, "imports going up the floors:\n" + "\n".join(upward)
 
 
+def part_graph() -> dict[str, set[str]]:
+    """Which other parts of `cleaner` each part imports."""
+    graph: dict[str, set[str]] = {part: set() for part in FLOORS}
+    for path in source_files():
+        own = part_of(path)
+        if own != "__init__":
+            graph[own] |= imported_cleaner_parts(path) - {own}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` as [a, b, ..., a], or None."""
+    done: set[str] = set()
+
+    def visit(node: str, stack: list[str]) -> list[str] | None:
+        if node in stack:
+            return [*stack[stack.index(node) :], node]
+        if node in done:
+            return None
+        for child in sorted(graph[node]):
+            if cycle := visit(child, [*stack, node]):
+                return cycle
+        done.add(node)
+        return None
+
+    for node in sorted(graph):
+        if cycle := visit(node, []):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_a_cycle_on_one_floor_and_none_in_a_chain():
+    assert find_cycle({"rollout": {"report"}, "report": {"models"}, "models": {"rollout"}}) == [
+        "models",
+        "rollout",
+        "report",
+        "models",
+    ]
+    assert (
+        find_cycle(
+            {"rollout": {"models", "trajectory"}, "report": {"trajectory"}, "models": set(), "trajectory": set()}
+        )
+        is None
+    )
+
+
+def test_packages_on_one_floor_do_not_import_each_other_in_a_cycle():
+    cycle = find_cycle(part_graph())
+    assert cycle is None, "import cycle between packages: " + " -> ".join(f"cleaner.{part}" for part in cycle)
+
+
 @pytest.mark.parametrize("part", [part for part, floor in FLOORS.items() if floor in VERL_FREE_FLOORS])
 def test_verl_free_floors_do_not_load_verl(part):
-    """Importing every module of a verl-free floor leaves verl (and torch) out of the process."""
+    """Importing every module of a verl-free floor leaves verl, torch and transformers out of the process."""
     code = (
         "import importlib, pkgutil, sys\n"
         f"root = importlib.import_module('cleaner.{part}')\n"
         "for module in pkgutil.walk_packages(getattr(root, '__path__', []), root.__name__ + '.'):\n"
         "    importlib.import_module(module.name)\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'verl', 'torch'}))\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", f"cleaner.{part} loads {result.stdout.strip()}"
+
+
+@pytest.mark.parametrize("part", RETIRED)
+def test_retired_paths_import_nothing(part):
+    """A retired path only raises; it reaches no package, so it cannot tie the floors together."""
+    assert not imported_cleaner_parts(PACKAGE / f"{part}.py")

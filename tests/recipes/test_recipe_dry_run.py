@@ -176,7 +176,7 @@ def test_cleaner_4b(dry_runs):
     rollout, actor = config["actor_rollout_ref"]["rollout"], config["actor_rollout_ref"]["actor"]
     assert rollout["multi_turn"]["enable_tool_rollback"] is True
     assert rollout["multi_turn"]["drop_infra_error_trajectories"] is True
-    assert rollout["multi_turn"]["_target_"] == "cleaner.plugin.SaarMultiTurnConfig"
+    assert rollout["multi_turn"]["_target_"] == "cleaner.verl.multi_turn_config.SaarMultiTurnConfig"
     assert (rollout["multi_turn"]["max_tool_retries"], rollout["multi_turn"]["rollback_probability"]) == (3, 1.0)
     assert rollout["multi_turn"]["tool_config_path"] == str(RECIPES / "config" / "python_tool.yaml")
     assert rollout["agent"]["agent_loop_config_path"] == str(RECIPES / "config" / "agent_loop.yaml")

@@ -9,16 +9,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cleaner.saar.config import SaarConfig
+from cleaner.saar.config import SaarConfig, SaarConfigError
 from cleaner.verl.tool_dpo.settings import ESTIMATORS, USE_DPO_KEY, ToolDpoConfigError, ToolDpoSettings
 
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
-# The manager installs the trainer hook the estimators depend on (two public paths name the same class).
-CLEANER_MANAGERS = (
-    "cleaner.agent_loop_manager.CleanerAgentLoopManager",
-    "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager",
-)
+# The manager installs the trainer hook the estimators depend on.
+CLEANER_MANAGER = "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager"
 
 
 def check_tool_dpo_config(config: Any) -> None:
@@ -59,10 +56,10 @@ def check_tool_dpo_config(config: Any) -> None:
             "trajectory and joins it row by row with the prompts, so it cannot train the extra outputs"
         )
     manager = OmegaConf.select(config, MANAGER_KEY)
-    if manager not in CLEANER_MANAGERS:
+    if manager != CLEANER_MANAGER:
         _fail(
             f"{MANAGER_KEY}={manager!r}: negative samples and algorithm.adv_estimator={estimator} need "
-            f"{CLEANER_MANAGERS[0]}, which hooks the estimator into the trainer"
+            f"{CLEANER_MANAGER}, which hooks the estimator into the trainer"
         )
 
 
@@ -72,6 +69,8 @@ def tool_dpo_problems(config: Any) -> list[str]:
         check_tool_dpo_config(config)
     except ToolDpoConfigError as exc:
         return [str(exc)]
+    except SaarConfigError:
+        return []  # an invalid SAAR value is reported by cleaner.verl.config_checks.saar_settings
     return []
 
 

@@ -22,7 +22,7 @@ GOOD = {
     f"+{MT}.enable_tool_rollback": "True",
     f"+{MT}.save_negative_samples": "True",
     f"+{MT}.max_negative_samples_per_group": "1",
-    "+actor_rollout_ref.rollout.agent.agent_loop_manager_class": "cleaner.agent_loop_manager.CleanerAgentLoopManager",
+    "+actor_rollout_ref.rollout.agent.agent_loop_manager_class": "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager",
 }
 
 

@@ -46,7 +46,7 @@ def test_the_recipe_composes_with_negatives_and_dpo_on_the_v1_trainer(tmp_path):
     assert multi_turn["max_negative_samples_per_group"] == 1
     assert config["trainer"]["use_v1"] is True
     agent = config["actor_rollout_ref"]["rollout"]["agent"]
-    assert agent["agent_loop_manager_class"] == "cleaner.agent_loop_manager.CleanerAgentLoopManager"
+    assert agent["agent_loop_manager_class"] == "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager"
     # everything else is CLEANER-4B's: SAAR on every trajectory, log-probs recomputed on the purified sequence
     assert multi_turn["rollback_probability"] == 1.0
     assert config["actor_rollout_ref"]["rollout"]["calculate_log_probs"] is False
