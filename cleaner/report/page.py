@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import difflib
 import html
+import math
 from datetime import datetime, timezone
 from typing import Any
 
+from cleaner.rollout.offpolicy import HIGH_IS, KIND_LABELS, KINDS, LOW_IS, Distribution, event_log_is, share_outside
 from cleaner.saar.stats import PREFIX
 from cleaner.trajectory.summary import ModeSummary, added_latency, summarize, summary_rows
 
@@ -86,6 +88,71 @@ def charts(summaries: list[ModeSummary]) -> list[BarChart]:
     return result
 
 
+# Bins of a rollback's log IS ratio for the histogram: the far tail, the tail, below the Plan B scale, inside
+# [0.5, 2], above 2.
+LOG_IS_BINS: tuple[tuple[float, float, str], ...] = (
+    (-math.inf, -20.0, "< −20"),
+    (-20.0, -5.0, "−20 … −5"),
+    (-5.0, math.log(LOW_IS), f"−5 … ln {LOW_IS}"),
+    (math.log(LOW_IS), math.log(HIGH_IS), f"IS {LOW_IS} … {HIGH_IS:g}"),
+    (math.log(HIGH_IS), math.inf, f"IS > {HIGH_IS:g}"),
+)
+
+
+def log_is_histogram(by_kind: dict[str, list[float]]) -> BarChart:
+    """Rollbacks per log-IS bin, one series per kind (shallow, deep, not recovered)."""
+
+    def count(values: list[float], low: float, high: float) -> float:
+        # The [0.5, 2] bin is closed on both ends, the others half-open.
+        return float(sum(1 for v in values if low <= v < high or (v == high and high == math.log(HIGH_IS))))
+
+    return BarChart(
+        "Rollbacks by log IS ratio (Σ over spliced tokens)",
+        [label for _, _, label in LOG_IS_BINS],
+        {
+            KIND_LABELS[kind]: [count(by_kind[kind], low, high) for low, high, _ in LOG_IS_BINS]
+            for kind in KINDS
+            if kind in by_kind
+        },
+        value_format="{:.0f}",
+        width=560,
+    )
+
+
+def offpolicy_section(records: list[dict[str, Any]]) -> str:
+    """How off-policy the spliced tokens are: the recorded log IS ratio of every scored rollback, by kind."""
+    by_kind = event_log_is(records)
+    if not by_kind:
+        return ""
+    rows = []
+    for kind in KINDS:
+        if kind not in by_kind:
+            continue
+        dist = Distribution.of(by_kind[kind])
+        below, above = share_outside(by_kind[kind])
+        cells = [KIND_LABELS[kind], str(dist.n)] + [f"{x:+.2f}" for x in (dist.mean, dist.p10, dist.p50, dist.p90)]
+        cells += [f"{dist.low:+.2f} … {dist.high:+.2f}", f"{below:.0%}", f"{above:.0%}"]
+        rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    head = [
+        "rollbacks",
+        "n",
+        "log IS mean",
+        "p10",
+        "p50",
+        "p90",
+        "min … max",
+        f"IS &lt; {LOW_IS}",
+        f"IS &gt; {HIGH_IS:g}",
+    ]
+    return (
+        "<h2>Off-policy spliced tokens</h2>"
+        "<p>Per rollback, log IS = Σ over the tokens it spliced in of log π(token | purified context) − "
+        "log π(token | context it was sampled in, with the failed attempt and its error).</p>"
+        '<table class="summary"><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+        f'<div class="charts">{render_bar_chart(log_is_histogram(by_kind), "chart-log-is")}</div>'
+    )
+
+
 def code_diff(old: str, new: str) -> str:
     lines = []
     for line in difflib.unified_diff(old.splitlines(), new.splitlines(), "failed", "replacement", lineterm="", n=2):
@@ -141,6 +208,16 @@ def raw_view(record: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _is_badges(event: dict[str, Any]) -> str:
+    """The splice's log IS ratio and the Plan B gate's decision, when they were recorded."""
+    parts = []
+    if event.get("log_is_ratio") is not None:
+        parts.append(f'<span class="badge">log IS {event["log_is_ratio"]:+.2f}</span>')
+    if event.get("is_decision") is not None:
+        parts.append(f'<span class="badge">{_e(event["is_decision"])}</span>')
+    return "".join(parts)
+
+
 def rollback_section(record: dict[str, Any]) -> str:
     events = record.get(PREFIX + "rollback_events") or []
     if not events:
@@ -154,6 +231,7 @@ def rollback_section(record: dict[str, Any]) -> str:
             f'<span class="badge {"failedmode" if mode == "failed" else mode}">{_e(mode)}</span>'
             f'<span class="badge">similarity {similarity}</span><span class="badge">retries {event["retries"]}</span>'
             f'<span class="badge">resampled tokens {event["resampled_tokens"]}</span>'
+            f"{_is_badges(event)}"
             f'<span class="badge">{_e(event["error_category"])}{": " + _e(event["exception_type"]) if event["exception_type"] else ""}</span>'
         )
         parts.append(f'<div>hidden error:</div><pre class="hidden-error">{_e(event["error_text"])}</pre>')
@@ -212,6 +290,7 @@ def render_report(records: list[dict[str, Any]], sources: list[str], max_traject
         f"<h1>CLEANER rollout report</h1><p>{len(records)} trajectories from {_e(', '.join(sources))} · {generated}</p>"
         f"<h2>Summary</h2>{table}{latency_note}"
         f'<h2>Plots</h2><div class="charts">{plots}</div>'
+        f"{offpolicy_section(records)}"
         f"<h2>Trajectories</h2>{note}{''.join(trajectory_html(r) for r in shown)}"
         "</body></html>"
     )

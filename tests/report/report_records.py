@@ -38,7 +38,7 @@ def make_record(
         stats.resampled_tokens = stats.spliced_tokens = len(turn1)
         stats.count_failure(ErrorCategory.SYNTAX_ERROR)
         stats.purified_errors = 1  # the recovery removed that failed call
-        stats.spliced_spans.append(SplicedSpan(0, len(turn1), 1))
+        stats.spliced_spans.append(SplicedSpan(0, len(turn1), 1, "deep"))
         stats.rollback_events.append(
             RollbackEvent(
                 position=0, failed_code=FAILED_CODE, error_category="syntax_error", exception_type="SyntaxError",

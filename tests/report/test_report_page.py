@@ -108,3 +108,27 @@ def test_report_command_writes_the_page(records, tmp_path):
     page = out.read_text()
     assert "Showing 1 of 4 trajectories" in page and page.count('<details class="traj"') == 1
     assert 'data-key="p0#0#saar"' in page, "trajectories with rollbacks come first"
+
+
+def with_scores(record, log_is, decision=None):
+    events = [{**event, "log_is_ratio": log_is, "is_decision": decision} for event in record["saar_rollback_events"]]
+    return {**record, "saar_rollback_events": events}
+
+
+def test_scored_rollbacks_get_the_off_policy_table_and_histogram(records):
+    import math
+
+    scored = [
+        with_scores(records[0], -26.9),
+        with_scores({**records[0], "key": "p0#1#saar", "sample": 1}, math.log(0.8), decision="replace"),
+        *records[1:],
+    ]
+    page = render_report(scored, ["run.jsonl"])
+    section = page[page.index("<h2>Off-policy spliced tokens</h2>") : page.index("<h2>Trajectories</h2>")]
+    # Both rollbacks of the fixture are deep: one far below IS 0.5, one inside [0.5, 2].
+    assert "<td>deep</td><td>2</td>" in section and "<td>50%</td><td>0%</td>" in section
+    assert 'id="chart-log-is"' in section
+    assert "<title>deep / &lt; −20: 1</title>" in section and "<title>deep / IS 0.5 … 2: 1</title>" in section
+    assert "log IS -26.90" in page and "log IS -0.22" in page and '<span class="badge">replace</span>' in page
+    # Without scores the section is left out.
+    assert "Off-policy spliced tokens" not in render_report(records, ["run.jsonl"])

@@ -36,3 +36,83 @@ def test_llamacpp_is_refused_before_anything_runs():
 def test_the_option_needs_saar_on():
     with pytest.raises(SystemExit, match="needs --saar on"):
         check_scoring(parse("--backend", "vllm", "--saar", "off", "--score-rollbacks"))
+
+
+# ---- end to end: the real agent loop and judge, the vLLM client over HTTP, a scripted model behind it ----
+
+MARKER = "[score-the-fix]"
+FAILING = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(84/0)"}}\n</tool_call>'
+FIXED = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(84//2)"}}\n</tool_call>'
+ANSWER = "The answer is \\boxed{42}."
+PURIFIED_LOGPROB = -0.5  # what the fake server gives every prompt token when scoring
+
+
+def scripted_vllm(scripted):
+    """vLLM's /v1/completions over a ScriptedLLMServer (one trajectory: every call continues its script)."""
+    import asyncio
+
+    def answer(path, body):
+        params = {"max_tokens": body["max_tokens"]}
+        if "prompt_logprobs" in body:
+            params["prompt_logprobs"] = body["prompt_logprobs"]
+        out = asyncio.run(scripted.generate("trajectory", prompt_ids=body["prompt"], sampling_params=params))
+        choice = {
+            "token_ids": out.token_ids,
+            "finish_reason": "stop",
+            "logprobs": {"token_logprobs": out.log_probs},
+        }
+        if "prompt_logprobs" in body:
+            rows = out.extra_fields["prompt_logprobs"]
+            choice["prompt_logprobs"] = [None] + [
+                {str(token): {"logprob": row[0], "rank": 1}} for token, row in zip(body["prompt"][1:], rows)
+            ]
+        return 200, {"choices": [choice]}
+
+    return answer
+
+
+async def test_scored_rollbacks_land_in_the_record(tmp_path, judge_url, qwen3_tokenizer):
+    from fake_inference_server import FakeInferenceServer
+
+    from cleaner.rewards import compute_score
+    from cleaner.rollout.client_config import ServerClientConfig
+    from cleaner.rollout.clients import make_client
+    from cleaner.rollout.driver import RolloutRunner, RolloutSettings
+    from cleaner.rollout.problems import Problem
+    from cleaner.trajectory.store import read_records
+    from support.scripted_llm import ScriptedLLMServer
+
+    scripted = ScriptedLLMServer(
+        qwen3_tokenizer, scripts={MARKER: [FAILING, FIXED, ANSWER]}, prompt_logprob=PURIFIED_LOGPROB
+    )
+    problem = Problem(
+        problem_id="half-of-84",
+        data_source="math_dapo",
+        prompt=[{"role": "user", "content": f"What is 84 / 2? Use the tool. {MARKER}"}],
+        ground_truth="42",
+    )
+    settings = RolloutSettings(
+        output_path=tmp_path / "out.jsonl", judge_url=judge_url, hf_model_type="qwen3", prompt_length=512,
+        response_length=1024, concurrency=1, trajectory_timeout_s=120.0, reward_kwargs={"judge_url": judge_url},
+        score_rollbacks=True,
+    )  # fmt: skip
+    with FakeInferenceServer(scripted_vllm(scripted)) as server:
+        client = make_client(ServerClientConfig(backend="vllm", url=server.url, max_model_len=1536))
+        try:
+            result = await RolloutRunner(settings, client, qwen3_tokenizer, compute_score, show_progress=False).run(
+                [problem]
+            )
+        finally:
+            await client.aclose()
+    assert result.failed == []
+    [record] = read_records(tmp_path / "out.jsonl")
+    [event] = record["saar_rollback_events"]
+    [span] = record["saar_spliced_spans"]
+    start, end = span[0], span[1]
+    # log IS = the purified-context log-probs (the server's prompt_logprobs) minus the sampled ones, over the splice.
+    behaviour = sum(record["response_logprobs"][start:end])
+    assert event["is_tokens"] == end - start
+    assert event["log_is_ratio"] == pytest.approx(PURIFIED_LOGPROB * (end - start) - behaviour)
+    assert record["saar_is_scored"] == 1 and event["is_decision"] is None  # measured, no gate: always replaced
+    scoring = [body for _, body in server.requests if "prompt_logprobs" in body]
+    assert scoring and all(body["prompt_logprobs"] == 0 and body["max_tokens"] == 1 for body in scoring)
