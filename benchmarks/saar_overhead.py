@@ -3,8 +3,9 @@
 1. Splice + boundary time per rollback, for trajectories of 1k / 8k / 20k tokens whose failed turn is
    the last quarter of the trajectory (so the boundary search also scans a long turn). Goal: <= 1 ms at 20k.
 2. Agent-loop CPU time per trajectory (process time, all threads) for verl's stock `ToolAgentLoop`,
-   `CleanerToolAgentLoop` with rollback off, and with rollback on, replaying the same scripted generations
-   (one failing call that the next generation fixes, two more calls, an answer). Goal: off <= +2 % over stock.
+   `CleanerToolAgentLoop` with rollback off, and with rollback on, replaying the same generations (one failing
+   call that the next generation fixes, two more calls, an answer) from a replay server, with a tool that runs
+   nothing and reports the outcome each call is written to have. Goal: off <= +2 % over stock.
 
 Usage: .venv/bin/python benchmarks/saar_overhead.py [--trajectories 40] [--rounds 5]
 """
@@ -13,26 +14,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
+import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# The scripted LLM server and tool are test support, not part of the package: import them as the tests do
-# (`support.scripted_llm`, with tests/ on the path). `tests.support` would not work: verl's wheel installs a
-# top-level `tests` package in site-packages, which shadows the repository's tests/ namespace directory.
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from cleaner.models.qwen3_tokenizer import load_qwen3_tokenizer  # noqa: E402
 from cleaner.saar.boundary import BoundaryFinder, CallMarkers, markers_for_format  # noqa: E402
+from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome  # noqa: E402
 from cleaner.saar.splice import GeneratedTurn, StreamLengths, splice  # noqa: E402
 
-MARKER = "BENCH-PROBLEM"
 FENCE = CallMarkers(start="```python", end="```")
 
 
@@ -101,11 +98,17 @@ def think(n_words: int, tag: str) -> str:
     return "<think>\n" + " ".join(f"{tag}{i % 17}" for i in range(n_words)) + "\n</think>\n\n"
 
 
-def scripted_generations() -> list[str]:
-    from support.scripted_llm import tool_call_text
+def tool_call_text(code: str) -> str:
+    """A hermes `<tool_call>` block, as a Qwen model writes it."""
+    return "<tool_call>\n" + json.dumps({"name": "code_interpreter", "arguments": {"code": code}}) + "\n</tool_call>"
 
+
+FAILING_CODE = "values = [3, 5, 7]\nprint(sum(valus))"
+
+
+def generations() -> list[str]:
     return [
-        think(150, "plan") + tool_call_text("values = [3, 5, 7]\nprint(sum(valus))\n# outcome: exception NameError"),
+        think(150, "plan") + tool_call_text(FAILING_CODE),
         think(150, "fix") + tool_call_text("values = [3, 5, 7]\nprint(sum(values))"),
         think(150, "next") + tool_call_text("import math\nprint(math.prod([3, 5, 7]))"),
         think(150, "check") + tool_call_text("print(15 + 105)"),
@@ -113,27 +116,108 @@ def scripted_generations() -> list[str]:
     ]
 
 
-async def run_trajectories(tokenizer, loop_cls, enable: bool, count: int) -> float:
-    """Process CPU seconds per trajectory for `count` sequential trajectories."""
-    from support.scripted_llm import (
-        ScriptedLLMServer,
-        agent_loop_config,
-        build_agent_loop,
-        scripted_python_tool,
-        training_sampling_params,
+class ReplayServer:
+    """verl's server-manager contract (`generate` -> `TokenOutput`): one trajectory's generations, in order."""
+
+    def __init__(self, turns: list[list[int]]):
+        self._turns = iter(turns)
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        ids = list(next(self._turns))
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed", num_preempted=0)
+
+
+def replay_tool():
+    """A verl `BaseTool` that runs nothing: `FAILING_CODE` fails with a NameError, every other call succeeds."""
+    from verl.tools.base_tool import BaseTool
+    from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+    class ReplayTool(BaseTool):
+        async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any):
+            if parameters.get("code") == FAILING_CODE:
+                outcome = ToolOutcome.model_error(ErrorCategory.EXCEPTION, exception_type="NameError")
+                text = "Traceback (most recent call last):\nNameError: name 'valus' is not defined"
+            else:
+                outcome, text = ToolOutcome.ok(), "120"
+            return ToolResponse(text=text), 0.0, {TOOL_OUTCOME_KEY: outcome.to_dict()}
+
+    schema = {
+        "type": "function",
+        "function": {
+            "name": "code_interpreter",
+            "description": "Run Python code.",
+            "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+        },
+    }
+    with contextlib.redirect_stdout(io.StringIO()):  # verl's BaseTool prints its schema
+        return ReplayTool({"type": "native"}, OpenAIFunctionToolSchema.model_validate(schema))
+
+
+def trainer_config(enable_tool_rollback: bool):
+    """The part of verl's trainer config an agent loop reads (training sampling at temperature 1)."""
+    from omegaconf import OmegaConf
+
+    multi_turn = {
+        "enable": True,
+        "max_assistant_turns": None,
+        "max_user_turns": None,
+        "max_parallel_calls": 1,
+        "max_tool_response_length": 256,
+        "tool_response_truncate_side": "middle",
+        "format": "hermes",
+        "enable_tool_rollback": enable_tool_rollback,
+    }
+    rollout = {
+        "prompt_length": 2048,
+        "response_length": 4096,
+        "full_determinism": False,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "calculate_log_probs": True,
+        "val_kwargs": {"temperature": 1.0, "top_p": 0.6, "top_k": -1, "n": 1, "do_sample": True},
+        "multi_turn": multi_turn,
+    }
+    return OmegaConf.create({"actor_rollout_ref": {"rollout": rollout}, "data": {"apply_chat_template_kwargs": {}}})
+
+
+def build_loop(loop_cls, config, server, tokenizer, tool):
+    """An agent loop built the way verl's worker builds it (keyword arguments, wrapped config and tools)."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    return loop_cls(
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        hf_model_type="qwen3",
+        tools=ToolListWrap([tool]),
     )
 
-    config = agent_loop_config(enable_tool_rollback=enable)
-    tool = scripted_python_tool()
-    generations = scripted_generations()
-    prompt = [{"role": "user", "content": f"{MARKER}: what is the sum and the product of 3, 5, 7?"}]
-    params = training_sampling_params(config)
+
+async def run_trajectories(tokenizer, loop_cls, enable: bool, count: int) -> float:
+    """Process CPU seconds per trajectory for `count` sequential trajectories."""
+    config = trainer_config(enable)
+    tool = replay_tool()
+    turns = [tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id] for text in generations()]
+    prompt = [{"role": "user", "content": "What is the sum and the product of 3, 5, 7?"}]
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
     started = time.process_time()
     for i in range(count):
-        server = ScriptedLLMServer(tokenizer, {MARKER: generations})
-        loop = build_agent_loop(loop_cls, config, server, tokenizer, [tool])
-        await loop.run(params, raw_prompt=prompt, tools_kwargs={}, extra_info={}, index=i)
-    return (time.process_time() - started) / count
+        loop = build_loop(loop_cls, config, ReplayServer(turns), tokenizer, tool)
+        output = await loop.run(params, raw_prompt=prompt, tools_kwargs={}, extra_info={}, index=i)
+    elapsed = time.process_time() - started
+    recovered = output.extra_fields.get("saar_rollbacks_recovered", 0)
+    if recovered != int(enable):  # the measurement is only meaningful if the loop did what it is timed for
+        raise RuntimeError(
+            f"{loop_cls.__name__} (rollback {'on' if enable else 'off'}) recovered {recovered} rollbacks"
+        )
+    return elapsed / count
 
 
 async def loop_benchmark(tokenizer, trajectories: int, rounds: int) -> dict[str, float]:
