@@ -58,3 +58,30 @@ def test_problem_ids_select_rows_in_the_given_order(demo, tmp_path):
     assert demo.select_problems(demo.parse_args(["--limit", "4"]), layout) == (resource_path(DEMO_PROBLEMS), 4)
     with pytest.raises(SystemExit, match=r"--problem-ids: \['nope'\] not in"):
         demo.select_problems(demo.parse_args(["--problem-ids", "math-06,nope"]), layout)
+
+
+def test_off_policy_scores_are_written_back_for_the_report(demo, tmp_path):
+    from fake_inference_server import FakeInferenceServer
+    from offpolicy_records import record
+
+    from cleaner.data.rows import write_jsonl
+    from cleaner.rollout.offpolicy import ScoredTrajectory
+    from cleaner.trajectory.store import read_records
+
+    def forcing_llamacpp(path, body):
+        [[token, _]] = body["logit_bias"]
+        return 200, {"tokens": [token], "completion_probabilities": [{"id": token, "logprob": -1.0}]}
+
+    layout = demo.Layout(tmp_path)
+    untouched = {**record(), "key": "p1#0#saar", "saar_spliced_spans": [], "saar_rollback_events": []}
+    write_jsonl([record(), untouched], layout.rollout(True))
+    with FakeInferenceServer(forcing_llamacpp) as server:
+        scored = demo.score_offpolicy(layout, server.url)
+    on = read_records(layout.rollout(True))
+    assert on[1] == untouched
+    behaviour = record()["response_logprobs"]
+    deep, shallow = on[0]["saar_rollback_events"]
+    assert deep["log_is_ratio"] == pytest.approx(sum(-1.0 - lp for lp in behaviour[0:4]))
+    assert shallow["log_is_ratio"] == pytest.approx(sum(-1.0 - lp for lp in behaviour[7:9]))
+    assert [ScoredTrajectory.from_dict(row) for row in read_records(layout.offpolicy)] == scored
+    assert [t.key for t in scored] == ["p0#0#saar"] and len(scored[0].control_deltas) == 1
