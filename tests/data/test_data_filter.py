@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from cleaner.data import cli as data_cli
 from cleaner.data.filter import (
     DEFAULT_SUCCESS_RATE_RATIOS,
     filter_by_success_rate,
@@ -17,10 +15,32 @@ from cleaner.data.filter import (
     parse_success_rate_ratios,
     read_stats,
 )
+from support.cli import run_cli
 
 SHORTHAND = "0,0.8,0.9,1,1,1,1,1,0"
 NON_CODE_PER_BUCKET = 10
 CODE_PER_BUCKET = 5
+
+
+def stats_record(uid: int, source: str, successes: int, avg_score: float = 0.0) -> dict:
+    """One line of the 8-rollout statistics file (`dataset/filter/stats.jsonl`)."""
+    return {
+        "uid": str(uid),
+        "data_source": source,
+        "successes": successes,
+        "attempts": 8,
+        "success_rate": successes / 8,
+        "avg_score": avg_score,
+        "keep": True,
+    }
+
+
+def write_set(tmp_path: Path, rows: list[dict], stats: list[dict]) -> tuple[Path, Path]:
+    """The dataset parquet and the stats file `cleaner data filter` reads."""
+    dataset, stats_path = tmp_path / "train.parquet", tmp_path / "stats.jsonl"
+    pd.DataFrame(rows).to_parquet(dataset)
+    stats_path.write_text("".join(json.dumps(record) + "\n" for record in stats))
+    return dataset, stats_path
 
 
 def synthetic_set(tmp_path: Path, reverse: bool = False) -> tuple[Path, Path]:
@@ -34,31 +54,16 @@ def synthetic_set(tmp_path: Path, reverse: bool = False) -> tuple[Path, Path]:
     for index, (successes, code) in enumerate(plan):
         source = "train-code-taco-easy" if code else "math_dapo"
         rows.append({"data_source": source, "question": f"synthetic question {index}", "bucket": successes})
-        stats.append(
-            {
-                "uid": str(index),
-                "data_source": source,
-                "successes": successes,
-                "attempts": 8,
-                "success_rate": successes / 8,
-                "avg_score": successes / 4 - 1,
-                "keep": True,
-            }
-        )
-    dataset, stats_path = tmp_path / "train.parquet", tmp_path / "stats.jsonl"
-    pd.DataFrame(rows).to_parquet(dataset)
-    stats_path.write_text("".join(json.dumps(record) + "\n" for record in stats))
-    return dataset, stats_path
+        stats.append(stats_record(index, source, successes, avg_score=successes / 4 - 1))
+    return write_set(tmp_path, rows, stats)
 
 
 def run_filter(tmp_path: Path, dataset: Path, stats: Path, *extra: str) -> pd.DataFrame:
-    parser = argparse.ArgumentParser()
-    data_cli.register(parser.add_subparsers(dest="command", required=True))
     out = tmp_path / "out"
-    args = parser.parse_args(
-        ["data", "filter", "--dataset", str(dataset), "--stats", str(stats), "--output-dir", str(out), *extra]
+    assert (
+        run_cli("data", "filter", "--dataset", str(dataset), "--stats", str(stats), "--output-dir", str(out), *extra)
+        == 0
     )
-    assert args.func(args) == 0
     return pd.read_parquet(out / "filtered_sr.parquet")
 
 
@@ -158,23 +163,11 @@ def test_malformed_stats_line_names_the_line(tmp_path):
 
 def test_cli_reports_bad_ratios_and_exits_1(tmp_path, caplog):
     dataset, stats = synthetic_set(tmp_path)
-    parser = argparse.ArgumentParser()
-    data_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(
-        [
-            "data",
-            "filter",
-            "--dataset",
-            str(dataset),
-            "--stats",
-            str(stats),
-            "--output-dir",
-            str(tmp_path / "out"),
-            "--success_rate_ratios",
-            "0,1",
-        ]
+    out = tmp_path / "out"
+    bad = ("--success_rate_ratios", "0,1")
+    assert (
+        run_cli("data", "filter", "--dataset", str(dataset), "--stats", str(stats), "--output-dir", str(out), *bad) == 1
     )
-    assert args.func(args) == 1
     assert "2 bare values given, need 9" in caplog.text
     assert not (tmp_path / "out").exists()
 
@@ -210,21 +203,8 @@ def reference_like_set(tmp_path: Path, rows_per_source: int = 37) -> tuple[Path,
         source = sources[(index * 7) % len(sources)]
         successes = (index * index + 3 * index) % 9
         rows.append({"data_source": source, "prompt": f"row {index}"})
-        stats.append(
-            {
-                "uid": str(index),
-                "data_source": source,
-                "successes": successes,
-                "attempts": 8,
-                "success_rate": successes / 8,
-                "avg_score": 0.0,
-                "keep": True,
-            }
-        )
-    dataset, stats_path = tmp_path / "train.parquet", tmp_path / "stats.jsonl"
-    pd.DataFrame(rows).to_parquet(dataset)
-    stats_path.write_text("".join(json.dumps(record) + "\n" for record in stats))
-    return dataset, stats_path, stats
+        stats.append(stats_record(index, source, successes))
+    return (*write_set(tmp_path, rows, stats), stats)
 
 
 REFERENCE_RATIOS = {0.0: 0.0, 0.125: 0.8, 0.25: 0.9, 0.375: 1.0, 0.5: 1, 0.625: 1, 0.75: 1, 0.875: 1, 1.0: 0.0}
@@ -291,15 +271,7 @@ def test_code_rows_are_told_apart_as_the_reference_filter_does(source, code):
 
 def test_a_success_rate_that_disagrees_with_the_successes_is_refused(tmp_path):
     path = tmp_path / "stats.jsonl"
-    record = {
-        "uid": "0",
-        "data_source": "math_dapo",
-        "successes": 2,
-        "attempts": 8,
-        "success_rate": 0.5,
-        "avg_score": 0.0,
-        "keep": True,
-    }
+    record = {**stats_record(0, "math_dapo", 2), "success_rate": 0.5}
     path.write_text(json.dumps(record) + "\n")
     with pytest.raises(ValueError, match="success_rate=0.5 does not match successes/attempts=2/8"):
         read_stats(path)

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from cleaner.data import cli as data_cli
 from cleaner.data.prepare import BadRowError, PrepareConfig, prepare_rows
 from cleaner.data.rows import read_rows
 from cleaner.data.sources import BOXED_HINT, CODE_SUBMIT_HINT, NUMERIC_HINT, TOOL_HINT
 from cleaner.names import AGENT_NAME
+from support.cli import run_cli
 
 SAMPLES = Path(__file__).resolve().parents[2] / "dataset" / "samples"
-
-
-def run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    data_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["data", *argv])
-    return args.func(args)
 
 
 def content(row: dict) -> str:
@@ -73,7 +65,14 @@ def test_eval_files_become_rlhf_rows(tmp_path, sample, source, truths):
     output = tmp_path / f"{sample}.parquet"
     assert (
         run_cli(
-            "prepare", "--input", str(SAMPLES / f"{sample}.sample.jsonl"), "--output", str(output), "--split", "test"
+            "data",
+            "prepare",
+            "--input",
+            str(SAMPLES / f"{sample}.sample.jsonl"),
+            "--output",
+            str(output),
+            "--split",
+            "test",
         )
         == 0
     )
@@ -125,9 +124,9 @@ def test_cli_reports_bad_rows_and_skip_count(tmp_path, capsys):
     source = tmp_path / "bad.jsonl"
     source.write_text("".join(json.dumps(row) + "\n" for row in bad_rows()))
     output = tmp_path / "out.parquet"
-    assert run_cli("prepare", "--input", str(source), "--output", str(output)) == 1
+    assert run_cli("data", "prepare", "--input", str(source), "--output", str(output)) == 1
     assert not output.exists()
-    assert run_cli("prepare", "--input", str(source), "--output", str(output), "--skip-bad") == 0
+    assert run_cli("data", "prepare", "--input", str(source), "--output", str(output), "--skip-bad") == 0
     assert "skipped 3 bad rows" in capsys.readouterr().out
     assert len(pd.read_parquet(output)) == 4
 
