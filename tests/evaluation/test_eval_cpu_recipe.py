@@ -81,3 +81,11 @@ def test_gpu_is_the_default_platform(tmp_path):
 def test_an_unknown_platform_is_refused_by_name(tmp_path):
     result = run_script("eval_livecodebench.sh", tmp_path, PLATFORM="tpu")
     assert result.returncode == 2 and "PLATFORM must be gpu or cpu, not 'tpu'" in result.stderr
+
+
+@pytest.mark.parametrize("platform", ["gpu", "cpu"])
+def test_the_overlong_buffer_fits_in_the_responses(tmp_path, platform):
+    """verl's DAPO reward manager fails at start-up when the overlong buffer is longer than the responses."""
+    [args] = commands(run_script("eval_livecodebench.sh", tmp_path, PLATFORM=platform))
+    value = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args}
+    assert int(value["+reward.reward_kwargs.overlong_buffer_cfg.len"]) <= int(value["data.max_response_length"])

@@ -26,6 +26,8 @@ CLEANER_EVAL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 # The prompts with the tool schema are about 500 tokens; verl drops longer prompts, so leave room.
 : "${MAX_PROMPT_LENGTH:=1024}"
 : "${MAX_RESPONSE_LENGTH:=1024}"
+# verl's DAPO reward manager refuses an overlong buffer longer than the responses (the recipes' 4096).
+: "${OVERLONG_BUFFER_LEN:=128}"
 CLEANER_EVAL_JUDGE_GIVEN="${JUDGE_URL:-}"
 
 export VERL_PLATFORM=cpu
