@@ -23,12 +23,8 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from code_judge.execution import ExecutionResult, LimitHit, Limits
-
-if TYPE_CHECKING:
-    from code_judge.worker import SandboxLike
+from code_judge.execution import ExecutionResult, LimitHit, Limits, SandboxLike
 
 COMPILE_ERROR = "CompileError"
 _BAD_ALLOC = "std::bad_alloc"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 
 class LimitHit(str, Enum):
@@ -47,3 +49,15 @@ class ExecutionResult:
     def run_success(self) -> bool:
         failed_limits = (LimitHit.WALL_TIME, LimitHit.CPU_TIME, LimitHit.MEMORY)
         return self.exit_code == 0 and self.signal is None and self.limit_hit not in failed_limits
+
+
+class SandboxLike(Protocol):
+    """What runs a program: `code_judge.sandbox.Sandbox`, or a stand-in in tests and benchmarks."""
+
+    mode: str
+
+    def run(
+        self, source: str, stdin: str, limits: Limits, on_long: Callable[[], object] | None = None
+    ) -> ExecutionResult: ...
+
+    def close(self) -> None: ...

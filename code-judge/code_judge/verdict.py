@@ -64,17 +64,14 @@ def execution_verdict(spec: JobSpec, result: ExecutionResult) -> dict[str, Any]:
         reason = ""
         stdout, stdout_cut = _cut(result.stdout, spec.max_output_chars)
     stderr, stderr_cut = _cut(result.stderr, spec.max_output_chars)
-    verdict: dict[str, Any] = {
-        "sub_id": spec.sub_id,
-        "success": success,
-        "run_success": run_success,
-        "cost": result.cost_s,
-        "reason": reason,
-    }
-    if spec.with_output:
-        verdict["stdout"] = stdout
-        verdict["stderr"] = stderr
-    verdict.update(
+    return _verdict(
+        spec,
+        success=success,
+        run_success=run_success,
+        cost=result.cost_s,
+        reason=reason,
+        stdout=stdout,
+        stderr=stderr,
         exception_type=result.exception_type,
         exception_line=result.exception_line,
         exception_message=result.exception_message,
@@ -84,29 +81,26 @@ def execution_verdict(spec: JobSpec, result: ExecutionResult) -> dict[str, Any]:
         limit=None if result.limit_hit is None else result.limit_hit.value,
         cpu_cost=result.cpu_s,
     )
-    return verdict
 
 
 def service_verdict(spec: JobSpec, reason: str, message: str, cost_s: float) -> dict[str, Any]:
     """A verdict the service gives without a finished run; `message` says why (in stderr, for /run)."""
-    verdict: dict[str, Any] = {
-        "sub_id": spec.sub_id,
-        "success": False,
-        "run_success": False,
-        "cost": cost_s,
-        "reason": reason,
-    }
-    if spec.with_output:
-        verdict["stdout"] = ""
-        verdict["stderr"] = message
-    verdict.update(
-        exception_type=None,
-        exception_line=None,
-        exception_message=None,
-        exit_code=None,
-        signal=None,
-        truncated=False,
-        limit=None,
-        cpu_cost=None,
+    no_run: dict[str, Any] = {**dict.fromkeys(_RUN_FIELDS), "truncated": False}
+    return _verdict(
+        spec, success=False, run_success=False, cost=cost_s, reason=reason, stdout="", stderr=message, **no_run
     )
+
+
+# The extra fields, in the order they are answered; a verdict without a run answers null for each but `truncated`.
+_RUN_FIELDS = ("exception_type", "exception_line", "exception_message", "exit_code", "signal", "truncated", "limit",
+               "cpu_cost")  # fmt: skip
+
+
+def _verdict(spec: JobSpec, *, stdout: str, stderr: str, **fields: Any) -> dict[str, Any]:
+    """Upstream's fields in upstream's order, then stdout and stderr for /run*, then the extra fields."""
+    upstream = ("success", "run_success", "cost", "reason")
+    verdict: dict[str, Any] = {"sub_id": spec.sub_id, **{name: fields.pop(name) for name in upstream}}
+    if spec.with_output:
+        verdict.update(stdout=stdout, stderr=stderr)
+    verdict.update(fields)
     return verdict

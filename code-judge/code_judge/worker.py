@@ -18,13 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import orjson
 import redis
 
 from code_judge.cpp import run_cpp
-from code_judge.execution import ExecutionResult, Limits
+from code_judge.execution import SandboxLike
 from code_judge.process import die_with_parent
 from code_judge.queue import QueueKeys, ReapPolicy, WorkerQueue, connect_sync, new_worker_id, reap_sync
 from code_judge.sandbox.errors import SandboxUnavailable
@@ -38,16 +37,6 @@ _SUPERVISE_INTERVAL_S = 0.5
 _STABLE_AFTER_S = 10.0  # a worker that dies sooner counts as failing to start
 _MAX_RESPAWN_DELAY_S = 30.0
 _REDIS_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
-
-
-class SandboxLike(Protocol):
-    mode: str
-
-    def run(
-        self, source: str, stdin: str, limits: Limits, on_long: Callable[[], object] | None = None
-    ) -> ExecutionResult: ...
-
-    def close(self) -> None: ...
 
 
 SandboxFactory = Callable[[], SandboxLike]

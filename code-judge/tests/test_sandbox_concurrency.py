@@ -16,13 +16,10 @@ from code_judge.execution import LimitHit, Limits
 from code_judge.sandbox import Sandbox, SandboxConfig
 from code_judge.sandbox.priority import can_restore_priority, descendants, run_cpu_seconds, set_run_priority
 
-CONFIG = SandboxConfig(preload=("math",), warm_up=False, demote_after_s=0.5, demote_cpu_s=0.05, demoted_nice=19)
-
 
 @pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(CONFIG) as box:
-        yield box
+def sandbox_config() -> SandboxConfig:
+    return SandboxConfig(preload=("math",), warm_up=False, demote_after_s=0.5, demote_cpu_s=0.05, demoted_nice=19)
 
 
 def test_runs_from_several_threads_overlap_in_separate_zygotes(sandbox):

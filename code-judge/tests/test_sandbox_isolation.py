@@ -9,6 +9,7 @@ import socket
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,6 @@ from code_judge.sandbox import Sandbox, SandboxConfig, SandboxCrashed
 LIMITS = Limits(wall_time_s=5, cpu_time_s=5)
 # The restart tests start several zygotes; one zygote with only math preloaded keeps each start-up cheap.
 QUICK_START = SandboxConfig(preload=("math",), warm_up=False)
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(SandboxConfig()) as box:
-        yield box
 
 
 def run(sandbox: Sandbox, source: str, limits: Limits = LIMITS):
@@ -208,28 +203,33 @@ def test_program_cannot_kill_trace_or_inspect_the_zygote(sandbox):
     assert run(sandbox, "print('still serving')").stdout == "still serving\n"
 
 
-def test_zygote_killed_from_outside_mid_run_is_reported_and_replaced():
+@pytest.fixture
+def quick_sandbox() -> Iterator[tuple[Sandbox, int]]:
+    """A sandbox with one zygote, cheap to start, and the pid of the bwrap process that holds its zygote."""
     before = set(own_children())
     with Sandbox(QUICK_START) as box:
         (bwrap_pid,) = set(own_children()) - before
         assert Path(f"/proc/{bwrap_pid}/comm").read_text().strip() == "bwrap"
-        killer = threading.Timer(0.3, os.kill, (bwrap_pid, signal.SIGKILL))
-        killer.start()
-        with pytest.raises(SandboxCrashed, match="died during a run"):
-            box.run("import time; time.sleep(3)", "", LIMITS)
-        killer.join()
-        assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
+        yield box, bwrap_pid
 
 
-def test_zygote_killed_while_idle_is_replaced_without_losing_the_next_run():
-    before = set(own_children())
-    with Sandbox(QUICK_START) as box:
-        (bwrap_pid,) = set(own_children()) - before
-        (zygote_pid,) = children_of(bwrap_pid)
-        os.kill(zygote_pid, signal.SIGKILL)
-        while Path(f"/proc/{bwrap_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-            time.sleep(0.01)  # bwrap exits once its zygote is gone
-        assert box.run("print('ran anyway')", "", LIMITS).stdout == "ran anyway\n"
+def test_zygote_killed_from_outside_mid_run_is_reported_and_replaced(quick_sandbox):
+    box, bwrap_pid = quick_sandbox
+    killer = threading.Timer(0.3, os.kill, (bwrap_pid, signal.SIGKILL))
+    killer.start()
+    with pytest.raises(SandboxCrashed, match="died during a run"):
+        box.run("import time; time.sleep(3)", "", LIMITS)
+    killer.join()
+    assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
+
+
+def test_zygote_killed_while_idle_is_replaced_without_losing_the_next_run(quick_sandbox):
+    box, bwrap_pid = quick_sandbox
+    (zygote_pid,) = children_of(bwrap_pid)
+    os.kill(zygote_pid, signal.SIGKILL)
+    while Path(f"/proc/{bwrap_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)  # bwrap exits once its zygote is gone
+    assert box.run("print('ran anyway')", "", LIMITS).stdout == "ran anyway\n"
 
 
 def test_heavy_zygote_killed_while_idle_is_replaced_and_the_light_one_keeps_serving():
@@ -245,20 +245,18 @@ def test_heavy_zygote_killed_while_idle_is_replaced_and_the_light_one_keeps_serv
         assert box.run("import sympy; print(sympy.factorint(12))", "", LIMITS).stdout == "{2: 2, 3: 1}\n"
 
 
-def test_frozen_zygote_is_abandoned_at_the_wall_limit_and_replaced():
-    before = set(own_children())
-    with Sandbox(QUICK_START) as box:
-        (bwrap_pid,) = set(own_children()) - before
-        (zygote_pid,) = children_of(bwrap_pid)
-        freezer = threading.Timer(0.2, os.kill, (zygote_pid, signal.SIGSTOP))
-        freezer.start()
-        started = time.monotonic()
-        result = box.run("import time; time.sleep(3)", "", Limits(wall_time_s=1.0))
-        elapsed = time.monotonic() - started
-        freezer.join()
-        assert result.limit_hit is LimitHit.WALL_TIME
-        assert 1.0 <= elapsed < 1.0 + box.config.backstop_s + 0.3
-        assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
+def test_frozen_zygote_is_abandoned_at_the_wall_limit_and_replaced(quick_sandbox):
+    box, bwrap_pid = quick_sandbox
+    (zygote_pid,) = children_of(bwrap_pid)
+    freezer = threading.Timer(0.2, os.kill, (zygote_pid, signal.SIGSTOP))
+    freezer.start()
+    started = time.monotonic()
+    result = box.run("import time; time.sleep(3)", "", Limits(wall_time_s=1.0))
+    elapsed = time.monotonic() - started
+    freezer.join()
+    assert result.limit_hit is LimitHit.WALL_TIME
+    assert 1.0 <= elapsed < 1.0 + box.config.backstop_s + 0.3
+    assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
 
 
 def own_children() -> list[int]:

@@ -11,13 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from code_judge.execution import LimitHit, Limits
-from code_judge.sandbox import Sandbox, SandboxConfig
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(SandboxConfig()) as box:
-        yield box
+from code_judge.sandbox import Sandbox
 
 
 def timed_run(sandbox: Sandbox, source: str, limits: Limits):

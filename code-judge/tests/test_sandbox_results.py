@@ -9,15 +9,9 @@ import time
 import pytest
 
 from code_judge.execution import LimitHit, Limits
-from code_judge.sandbox import Sandbox, SandboxConfig
+from code_judge.sandbox import Sandbox
 
 LIMITS = Limits(wall_time_s=10, cpu_time_s=10)
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(SandboxConfig()) as box:
-        yield box
 
 
 def run(sandbox: Sandbox, source: str, stdin: str = "", limits: Limits = LIMITS):

@@ -17,12 +17,6 @@ LIMITS = Limits(wall_time_s=20, cpu_time_s=20, memory_bytes=256 * 1024**2)
 PRELOADED = "import sys\nprint([name for name in ('num' + 'py', 'sym' + 'py') if name in sys.modules])\n"
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    with Sandbox(SandboxConfig()) as box:
-        yield box
-
-
 def run(sandbox: Sandbox, source: str):
     return sandbox.run(PRELOADED + textwrap.dedent(source), "", LIMITS)
 

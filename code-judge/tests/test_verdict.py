@@ -91,3 +91,8 @@ def test_service_verdict_explains_itself_in_stderr():
     verdict = service_verdict(spec(), "queue_timeout", "no verdict within 2 s", 2.0)
     assert verdict["reason"] == "queue_timeout" and verdict["stderr"] == "no verdict within 2 s"
     assert verdict["success"] is verdict["run_success"] is False and verdict["cost"] == 2.0
+    assert verdict["exit_code"] is None and verdict["limit"] is None and verdict["truncated"] is False
+    for with_output in (True, False):  # the same fields in the same order as a verdict of a run
+        assert list(service_verdict(spec(with_output=with_output), "internal_error", "", 0)) == list(
+            execution_verdict(spec(with_output=with_output), result())
+        )

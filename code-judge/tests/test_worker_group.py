@@ -6,12 +6,27 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from judge_harness import wait_until
 
 from code_judge.execution import ExecutionResult
 from code_judge.settings import JudgeSettings
 from code_judge.worker import Slot, WorkerGroup
+
+
+@contextmanager
+def supervised(group: WorkerGroup) -> Iterator[threading.Thread]:
+    """The group's workers started and supervised by a thread; all stopped on leaving."""
+    group.start()
+    supervisor = threading.Thread(target=group.supervise)
+    supervisor.start()
+    try:
+        yield supervisor
+    finally:
+        group.stop(grace_s=5)
+        supervisor.join(timeout=5)
 
 
 class BrokenSandbox:
@@ -28,14 +43,8 @@ def test_workers_that_die_at_start_are_respawned_with_backoff(redis_process, cap
     def delays() -> list[float]:
         return [r.args[-1] for r in caplog.records if "replacing it in" in r.getMessage()]
 
-    group.start()
-    supervisor = threading.Thread(target=group.supervise)
-    supervisor.start()
-    try:
+    with supervised(group) as supervisor:
         wait_until(lambda: len(delays()) >= 3, 60, "three failed starts")
-    finally:
-        group.stop(grace_s=5)
-        supervisor.join(timeout=5)
     assert delays()[:3] == [0.5, 1.0, 2.0]  # not a tight loop
     assert not supervisor.is_alive()
 
@@ -94,14 +103,10 @@ async def test_a_job_whose_slot_fails_is_rerun_then_answered_not_lost(redis_proc
     service = JudgeService(settings, ApiMetrics())
     await service.start()
     group = WorkerGroup(settings, 1, SandboxThatCannotStartZygotes, SandboxThatCannotStartZygotes.mode)
-    group.start()
-    supervisor = threading.Thread(target=group.supervise)
-    supervisor.start()
     try:
-        (verdict,) = await service.submit([Submission(type="python", solution="print(1)")], True, timeout_s=60)
+        with supervised(group):
+            (verdict,) = await service.submit([Submission(type="python", solution="print(1)")], True, timeout_s=60)
     finally:
-        group.stop(grace_s=5)
-        supervisor.join(timeout=5)
         await service.stop()
     answer = json.loads(verdict)
     assert answer["reason"] == "internal_error" and "died 2 times" in answer["stderr"]
