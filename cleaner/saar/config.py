@@ -7,6 +7,7 @@ working; the others are settings the reference had hard-coded. The keys are the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -37,6 +38,14 @@ class SaarConfig:
     max_negative_samples_per_group: int = 1  # cap per trajectory (the reference's scripts pass 0)
     rollback_exhausted_keep: str = "last"  # an unrecovered position keeps its last attempt ("last") or all ("all")
     drop_infra_error_trajectories: bool = False  # zero the loss mask of trajectories with an infrastructure error
+    # Off-policy spans (docs/saar.md "Off-policy spans"). Plan B: score each successful retry in its purified context;
+    # below this importance ratio the failure is kept (append), at or above it the retry is spliced in (replace).
+    rollback_is_threshold: float | None = None  # None: always replace (the paper)
+    rollback_is_measure: bool = False  # score every splice and record its log IS ratio, but always replace
+    rollback_is_correction: bool = (
+        False  # Plan C: replace, and let verl's token-level rollout IS correct the spliced tokens
+    )
+    rollback_after_errors: int = 1  # the n-th consecutive failure at a position starts the rollback (1: the paper)
 
     def __post_init__(self) -> None:
         _require(isinstance(self.enable_tool_rollback, bool), "enable_tool_rollback must be true or false")
@@ -72,6 +81,22 @@ class SaarConfig:
             isinstance(self.drop_infra_error_trajectories, bool),
             "drop_infra_error_trajectories must be true or false",
         )
+        _require(
+            self.rollback_is_threshold is None
+            or (_is_number(self.rollback_is_threshold) and 0.0 < self.rollback_is_threshold < math.inf),
+            f"rollback_is_threshold must be a number > 0 (an importance ratio) or null, got {self.rollback_is_threshold!r}",
+        )
+        _require(isinstance(self.rollback_is_measure, bool), "rollback_is_measure must be true or false")
+        _require(isinstance(self.rollback_is_correction, bool), "rollback_is_correction must be true or false")
+        _require(
+            _is_int(self.rollback_after_errors) and self.rollback_after_errors >= 1,
+            f"rollback_after_errors must be an integer >= 1, got {self.rollback_after_errors!r}",
+        )
+
+    @property
+    def scores_splices(self) -> bool:
+        """Whether each splice is scored in its purified context (the Plan B gate needs it; measuring asks for it)."""
+        return self.rollback_is_threshold is not None or self.rollback_is_measure
 
     @classmethod
     def from_multi_turn(cls, multi_turn: Mapping[str, Any] | None) -> SaarConfig:

@@ -7,7 +7,10 @@ turns are opaque to the policy.
 At most one failing position is open at a time. A position opens when a first-attempt round fails with
 a rollback-eligible model error and no infrastructure error, and a retry can still be executed; every
 call of that turn is then resampled together (parallel calls share one assistant turn, so they are
-retried as one). A retry round succeeds only when every call in it succeeds.
+retried as one). A retry round succeeds only when every call in it succeeds. With `rollback_after_errors`
+n > 1, the first n - 1 failing rounds in a row stay as in the baseline (the model corrects itself in
+the open); the n-th opens the position, its turn being the one a successful retry replaces. A position
+counts as triggered once its first retry is generated; one closed before that leaves no trace.
 
 A position that ends without a successful retry (retries exhausted, no retry executable, an
 infrastructure error, a resample without a call, an empty resample with no budget left, or the end of
@@ -26,10 +29,11 @@ from enum import Enum
 from typing import Any, Literal
 
 from cleaner.saar.config import SaarConfig
+from cleaner.saar.offpolicy import IsScore
 from cleaner.saar.outcome import OutcomeKind, ToolOutcome
 from cleaner.saar.similarity import SIMILARITIES
 from cleaner.saar.splice import SpliceMode
-from cleaner.saar.stats import RollbackEvent, TrajectoryStats
+from cleaner.saar.stats import IsDecision, RollbackEvent, TrajectoryStats
 
 logger = logging.getLogger(__name__)
 
@@ -65,16 +69,16 @@ class OpenPosition:
     ended_on_error: bool = False  # given up right after a failed round (budget spent or no retry executable)
 
 
-def exhausted_note(attempts: int, exception_types: Sequence[str | None]) -> str:
-    """The reference's hint after a position failed repeatedly: the same approach keeps failing, change it."""
-    names = list(dict.fromkeys(name for name in exception_types if name))
-    if len(names) == 1:
-        what = f"with the same error type ({names[0]})"
-    elif names:
-        what = f"(errors: {', '.join(names)})"
-    else:
-        what = "with errors"
-    return f"\n\nNote: this tool call has failed {attempts} times {what}. Try a different method."
+def exhausted_note(attempts: int) -> str:
+    """The reference's hint after a position failed repeatedly, added after its last error: change the approach.
+
+    It names no error of another attempt, so it stays true of the purified context, where only the last attempt
+    is left. `attempts` counts every executed attempt at the position (the reference printed its retry count).
+    """
+    return (
+        f"\n\nNote: This approach has been attempted {attempts} times with the same type of error. "
+        "Consider trying a different algorithm, method, or approach to solve this problem."
+    )
 
 
 class RollbackPolicy:
@@ -85,6 +89,7 @@ class RollbackPolicy:
         self.open: OpenPosition | None = None
         self.closed: OpenPosition | None = None  # the position given up last (what GIVE_UP refers to)
         self._similarity = SIMILARITIES[config.rollback_similarity]
+        self._consecutive_failures = 0  # failing first-attempt rounds in a row (rollback_after_errors)
         stats.rollback_enabled = int(active)
 
     @property
@@ -115,7 +120,10 @@ class RollbackPolicy:
         failed = [outcome for outcome in outcomes if outcome.kind is OutcomeKind.MODEL_ERROR]
         if self.open is None:
             eligible = any(outcome.category in self.config.rollback_on_errors for outcome in failed)
-            if not (self.active and eligible and not infra and self.config.max_tool_retries > 0 and can_retry):
+            self._consecutive_failures = self._consecutive_failures + 1 if eligible and not infra else 0
+            if self._consecutive_failures < self.config.rollback_after_errors:
+                return Action.CONTINUE  # tolerated: this failure and its error stay, as in the baseline
+            if not (self.active and self.config.max_tool_retries > 0 and can_retry):
                 return Action.CONTINUE
             first = next(outcome for outcome in failed if outcome.category in self.config.rollback_on_errors)
             event = RollbackEvent(
@@ -129,7 +137,6 @@ class RollbackPolicy:
             self.open = OpenPosition(
                 stream_position, failed_turn, event, [feedback], [first.exception_type], stream_position, len(failed)
             )
-            self.stats.rollbacks_triggered += 1
             return Action.RETRY
         if not failed and not infra:
             return Action.PURIFY
@@ -150,11 +157,13 @@ class RollbackPolicy:
         """The text to add to the error of the round that is being given up, if any (from 2 retries on)."""
         if self.closed is None or not self.closed.ended_on_error or self.closed.event.retries < 2:
             return None
-        return exhausted_note(self.closed.event.retries + 1, self.closed.exception_types)
+        return exhausted_note(self.closed.event.retries + 1)
 
     def on_resample(self, generated_tokens: int) -> None:
         """A resample of the open position was generated (it costs a retry whatever comes of it)."""
         assert self.open is not None, "on_resample without an open position"
+        if self.open.event.retries == 0:
+            self.stats.rollbacks_triggered += 1  # triggered = a failing position that got at least one retry
         self.open.event.retries += 1
         self.open.event.resampled_tokens += generated_tokens
         self.stats.retries_used += 1
@@ -175,22 +184,52 @@ class RollbackPolicy:
         return ("shallow" if shallow else "deep"), similarity
 
     def on_purified(
-        self, mode: SpliceMode, similarity: float, replacement_code: str, mentions_error: bool
+        self,
+        mode: SpliceMode,
+        similarity: float,
+        replacement_code: str,
+        mentions_error: bool,
+        score: IsScore | None = None,
+        decision: IsDecision | None = None,
     ) -> RollbackEvent:
-        assert self.open is not None, "on_purified without an open position"
-        event = self.open.event
-        event.mode = mode
-        event.similarity = similarity
-        event.replacement_code = replacement_code
-        self.stats.rollbacks_recovered += 1
+        """The successful retry was spliced in (`mode`); `score`/`decision` if it was scored and gated."""
+        event = self._recovered(mode, similarity, replacement_code, score, decision)
         self.stats.purified_errors += event.model_errors
         if mode == "shallow":
             self.stats.rollbacks_shallow += 1
         else:
             self.stats.rollbacks_deep += 1
             self.stats.deep_mentions_error += int(mentions_error)
+        self.stats.planb_replaces += int(decision == "replace")
+        return event
+
+    def on_appended(self, mode: SpliceMode, similarity: float, replacement_code: str, score: IsScore) -> RollbackEvent:
+        """The gate kept the failure: the retry stays after it, as in the baseline (`mode`: the splice it scored)."""
+        event = self._recovered(mode, similarity, replacement_code, score, "append")
+        self.stats.planb_appends += 1
+        return event
+
+    def _recovered(
+        self,
+        mode: SpliceMode,
+        similarity: float,
+        replacement_code: str,
+        score: IsScore | None,
+        decision: IsDecision | None,
+    ) -> RollbackEvent:
+        assert self.open is not None, "a recovered position without an open position"
+        event = self.open.event
+        event.mode = mode
+        event.similarity = similarity
+        event.replacement_code = replacement_code
+        event.is_decision = decision
+        if score is not None:
+            event.log_is_ratio, event.is_tokens = score.log_ratio, score.tokens
+            self.stats.is_scored += 1
+        self.stats.rollbacks_recovered += 1
         self.stats.rollback_events.append(event)
         self.open = None
+        self._consecutive_failures = 0
         return event
 
     def close_open(self, reason: str) -> Action:
@@ -201,6 +240,13 @@ class RollbackPolicy:
         """Close the open position unrecovered; it stays readable as `closed` until the next one closes."""
         position = self.open
         assert position is not None
+        self.open, self.closed = None, position
+        self._consecutive_failures = 0
+        if position.event.retries == 0:
+            # No retry was generated (e.g. the failed call's own response filled the budget): nothing was
+            # triggered, the position stays exactly as the baseline would have it.
+            logger.debug("SAAR position %d closed before any retry: %s", position.event.position, reason)
+            return Action.GIVE_UP
         logger.debug("SAAR position %d not recovered: %s", position.event.position, reason)
         event = position.event
         event.mode = "failed"
@@ -210,7 +256,6 @@ class RollbackPolicy:
             self.stats.purified_errors += event.model_errors - position.last_round_errors
         self.stats.rollbacks_failed += 1
         self.stats.rollback_events.append(event)
-        self.open, self.closed = None, position
         return Action.GIVE_UP
 
     def count_round(self, outcomes: Sequence[ToolOutcome], first_attempt: bool) -> None:

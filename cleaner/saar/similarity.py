@@ -23,14 +23,26 @@ _PY_TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
+# The code of a malformed call: a JSON `"code"` member whose string runs to its closing quote or the text's end,
+# or an XML `<parameter=code>` (qwen3_coder) block.
+_JSON_CODE_MEMBER = re.compile(r'"code"\s*:\s*"((?:\\.|[^"\\])*)')
+_XML_CODE_PARAMETER = re.compile(r"<parameter=code>(.*?)(?:</parameter>|$)", re.DOTALL)
 
 
 def call_code(arguments: str) -> str:
-    """The code inside a tool call's JSON arguments: the `code` field, else the only string field, else the raw text."""
+    """The code of one call, from its arguments as the parser passed them.
+
+    Well-formed JSON: the `code` field, else the only string field (or the arguments themselves when they are a
+    bare JSON string). A malformed call (a span the parser could not read, passed on whole) is searched for its
+    code: a `"code": "..."` JSON member (read up to its closing quote, or to the end of the text if the call was
+    cut off), else a `<parameter=code>` XML parameter. When no code can be found the raw text is compared.
+    """
     try:
         parsed = json.loads(arguments)
     except (json.JSONDecodeError, TypeError):
-        return arguments
+        return _malformed_call_code(arguments)
+    if isinstance(parsed, str):
+        return parsed
     if isinstance(parsed, dict):
         if isinstance(parsed.get("code"), str):
             return parsed["code"]
@@ -38,6 +50,26 @@ def call_code(arguments: str) -> str:
         if len(strings) == 1:
             return strings[0]
     return arguments
+
+
+def _malformed_call_code(text: str) -> str:
+    member = _JSON_CODE_MEMBER.search(text)
+    if member is not None:
+        return _json_string_body(member.group(1))
+    parameter = _XML_CODE_PARAMETER.search(text)
+    if parameter is not None:
+        return parameter.group(1).strip("\n")
+    return text
+
+
+def _json_string_body(body: str) -> str:
+    """Unescape a JSON string body; an escape cut off at the end of the text is dropped."""
+    for end in range(len(body), max(len(body) - 6, -1), -1):
+        try:
+            return json.loads(f'"{body[:end]}"', strict=False)  # raw newlines in the string are common
+        except json.JSONDecodeError:
+            continue
+    return body
 
 
 def turn_code(arguments: Sequence[str]) -> str:

@@ -12,6 +12,10 @@ from typing import Any, Literal
 from cleaner.saar.outcome import ErrorCategory
 
 RollbackMode = Literal["shallow", "deep", "failed"]
+# Where a spliced span came from: a recovered position's shallow or deep replacement, or the kept last attempt of a
+# position whose retries never succeeded (rollback_exhausted_keep: last).
+SpanKind = Literal["shallow", "deep", "exhausted"]
+IsDecision = Literal["replace", "append"]
 
 PREFIX = "saar_"
 
@@ -21,8 +25,8 @@ COUNTER_NAMES: tuple[str, ...] = (
     "tool_calls",  # executed calls, retries included
     "first_attempt_calls",  # calls at a position's first attempt (not retries)
     "first_attempt_successes",
-    "rollbacks_triggered",  # failing positions that got at least one retry
-    "rollbacks_recovered",  # ... whose retry eventually succeeded (the failure was purified)
+    "rollbacks_triggered",  # failing positions that got at least one retry (a resample was generated)
+    "rollbacks_recovered",  # ... whose retry eventually succeeded (= shallow + deep + planb_appends)
     "rollbacks_failed",  # ... whose retries never succeeded
     "rollbacks_shallow",
     "rollbacks_deep",
@@ -35,6 +39,9 @@ COUNTER_NAMES: tuple[str, ...] = (
     "purified_errors",  # model-error calls removed from the final trajectory by recovered rollbacks
     "shallow_parse_fallbacks",  # shallow splices that did not parse to the executed calls, made deep instead
     "infra_dropped",  # 0/1: drop_infra_error_trajectories zeroed this trajectory's loss mask
+    "planb_appends",  # recovered positions the rollback_is_threshold gate appended (failure kept, nothing spliced)
+    "planb_replaces",  # recovered positions the rollback_is_threshold gate replaced (spliced as shallow/deep)
+    "is_scored",  # splices scored in their purified context (the gate, or rollback_is_measure)
 )
 FAIL_COUNTER_NAMES: tuple[str, ...] = tuple(f"fail_{category.value}" for category in ErrorCategory)
 
@@ -52,14 +59,15 @@ SCALAR_EXTRA_FIELD_KEYS: tuple[str, ...] = EXTRA_FIELD_KEYS[:-2]
 
 @dataclass(frozen=True)
 class SplicedSpan:
-    """Response tokens [start, end) that came from resample number `attempt` (1 = first retry)."""
+    """Response tokens [start, end) that came from resample number `attempt` (1 = first retry), and how."""
 
     start: int
     end: int
     attempt: int
+    kind: SpanKind
 
-    def to_list(self) -> list[int]:
-        return [self.start, self.end, self.attempt]
+    def to_list(self) -> list[int | str]:
+        return [self.start, self.end, self.attempt, self.kind]
 
 
 @dataclass
@@ -78,6 +86,10 @@ class RollbackEvent:
     resampled_tokens: int = 0
     model_errors: int = 0  # model-error calls in this position's failed rounds (first attempt and failed retries)
     kept: str | None = None  # unrecovered positions: which attempts stayed ("last" or "all", rollback_exhausted_keep)
+    # Recovered positions whose splice was scored (rollback_is_threshold / rollback_is_measure):
+    log_is_ratio: float | None = None  # sum log pi(spliced | purified context) - sum behaviour log-probs
+    is_tokens: int | None = None  # how many spliced tokens were scored
+    is_decision: IsDecision | None = None  # the rollback_is_threshold gate's decision (None: no gate decided)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +115,9 @@ class TrajectoryStats:
     purified_errors: int = 0
     shallow_parse_fallbacks: int = 0
     infra_dropped: int = 0
+    planb_appends: int = 0
+    planb_replaces: int = 0
+    is_scored: int = 0
     failures: dict[ErrorCategory, int] = field(default_factory=lambda: {category: 0 for category in ErrorCategory})
     spliced_spans: list[SplicedSpan] = field(default_factory=list)
     rollback_events: list[RollbackEvent] = field(default_factory=list)

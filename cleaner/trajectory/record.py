@@ -28,20 +28,21 @@ def mask_segments(mask: list[int]) -> list[tuple[int, int, int]]:
 def response_pieces(response_ids: list[int], mask: list[int], spliced_spans: list, tokenizer) -> list[dict[str, Any]]:
     """The response cut at mask changes and spliced-span edges, each piece decoded.
 
-    A piece is `{role, turn, start, end, text, spliced_attempt}`: role "assistant" (mask 1) or "context"
-    (tool responses and chat-template boundaries, mask 0); `turn` counts assistant turns (0-based, the
+    A piece is `{role, turn, start, end, text, spliced_attempt, spliced_kind}`: role "assistant" (mask 1) or
+    "context" (tool responses and chat-template boundaries, mask 0); `turn` counts assistant turns (0-based, the
     coordinate of `rollback_events[].position`); `spliced_attempt` is the resample number the tokens came
-    from, or None for first-attempt tokens. The report renders trajectories from these pieces alone.
+    from, or None for first-attempt tokens, and `spliced_kind` how they were spliced (`shallow`, `deep`,
+    `exhausted`; None for first-attempt tokens). The report renders trajectories from these pieces alone.
     """
     cuts = {0, len(mask)}
-    for start, end, _ in spliced_spans:
+    for start, end, _, _ in spliced_spans:
         cuts.update((start, end))
     cuts.update(start for start, _, _ in mask_segments(mask))
     cuts = sorted(c for c in cuts if 0 <= c <= len(mask))
-    attempt_at = {}
-    for start, end, attempt in spliced_spans:
+    splice_at = {}
+    for start, end, attempt, kind in spliced_spans:
         for index in range(start, end):
-            attempt_at[index] = attempt
+            splice_at[index] = (attempt, kind)
     pieces, turn = [], -1
     for start, end in zip(cuts, cuts[1:]):
         is_model = bool(mask[start])
@@ -54,7 +55,8 @@ def response_pieces(response_ids: list[int], mask: list[int], spliced_spans: lis
                 "start": start,
                 "end": end,
                 "text": tokenizer.decode(response_ids[start:end], skip_special_tokens=False),
-                "spliced_attempt": attempt_at.get(start),
+                "spliced_attempt": splice_at.get(start, (None, None))[0],
+                "spliced_kind": splice_at.get(start, (None, None))[1],
             }
         )
     return pieces

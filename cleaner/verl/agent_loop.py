@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from verl.tools.schemas import ToolResponse
 from verl.utils.profiler import simple_timer
 
 from cleaner.names import AGENT_NAME
+from cleaner.saar import offpolicy
 from cleaner.saar.boundary import MARKERS_BY_FORMAT, BoundaryFinder, CallMarkers, markers_for_format
 from cleaner.saar.config import SaarConfig, SaarConfigError
 from cleaner.saar.leak import mentions_error
@@ -40,7 +42,7 @@ from cleaner.saar.negatives import NegativeCollector, failed_attempt, success_sp
 from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome
 from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
 from cleaner.saar.similarity import turn_code
-from cleaner.saar.splice import GeneratedTurn, StreamLengths, splice
+from cleaner.saar.splice import GeneratedTurn, SpliceResult, StreamLengths, splice
 from cleaner.saar.stats import SplicedSpan, TrajectoryStats
 
 # Modules, not names: importing one of these first imports verl, whose plugin loader imports this module
@@ -167,10 +169,12 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         self.policy = RollbackPolicy(self.saar_config, active=False, stats=self.stats)
         self._last_turn: TurnRecord | None = None
         self._agent_data: AgentData | None = None
+        self._sampling_params: dict[str, Any] = {}
         self.negatives: NegativeCollector | None = None
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list[AgentLoopOutput]:
         active = self._rollback_active(sampling_params, kwargs)
+        self._sampling_params = sampling_params
         self.policy = RollbackPolicy(self.saar_config, active, self.stats)
         self.negatives = self._negative_collector(sampling_params, kwargs)
         if self._markers is not None and self._markers.end is not None:
@@ -179,6 +183,8 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             self.tools = tool_execution.observed_tools(self.tools)
         try:
             output = await super().run(sampling_params, **kwargs)
+        except SaarConfigError:
+            raise  # a setting the backend cannot serve fails every trajectory alike: stop, naming the key
         except Exception:
             if self._agent_data is None or not self._agent_data.prompt_ids:
                 raise  # nothing was built yet: there is no trajectory to return
@@ -347,13 +353,14 @@ class CleanerToolAgentLoop(ToolAgentLoop):
                 agent_data.tool_rewards.append(reward)
         previous = list(agent_data.messages)
         agent_data.messages.extend(messages)
+        schemas = getattr(agent_data, "_active_tool_schemas", self.tool_schemas)
         merged, mask, logprobs = await self.ct_merge_context_msg(
             previous,
             agent_data.messages,
             agent_data.prompt_ids,
             agent_data.response_mask,
             agent_data.response_logprobs or None,
-            tools=getattr(agent_data, "_active_tool_schemas", self.tool_schemas),
+            tools=schemas,
         )
         agent_data.prompt_ids = merged.token_ids
         agent_data.response_mask = mask
@@ -363,8 +370,22 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         # Unlike the stock loop, a response that overflows is still committed (the final output is cut at
         # response_length), so the trajectory never ends on a call without its response.
         if len(mask) >= self.response_length:
+            self._drop_generation_prompt(agent_data, schemas)
             return AgentState.TERMINATED
         return AgentState.GENERATING
+
+    def _drop_generation_prompt(self, agent_data: AgentData, schemas: list[dict]) -> None:
+        """The stream ends here: remove the next turn's header (`<|im_start|>assistant\n` for Qwen), which no turn
+        follows, so the output never ends on an empty assistant header (or on part of one, after the final cut)."""
+        header = self.continuous_token_builder.render_delta_token_id(
+            agent_data.messages, [], add_generation_prompt=True, tools=schemas
+        )
+        if not header or agent_data.prompt_ids[-len(header) :] != header:
+            raise RuntimeError(f"{AGENT_NAME}: the stream does not end with the chat template's generation prompt")
+        del agent_data.prompt_ids[-len(header) :]
+        del agent_data.response_mask[-len(header) :]
+        if agent_data.response_logprobs:
+            del agent_data.response_logprobs[-len(header) :]
 
     async def _call_tool(
         self, tool_call: FunctionCall, tools_kwargs: dict[str, Any], agent_data: AgentData
@@ -415,11 +436,20 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             content, parsed = await self._parse_turn(agent_data, result.turn_ids)
         if not _same_calls(parsed, calls):
             raise RuntimeError(f"{AGENT_NAME}: the purified turn does not parse to the calls that were executed")
+        score = await self._score_splice(agent_data, result, replacement) if self.saar_config.scores_splices else None
+        threshold = self.saar_config.rollback_is_threshold
+        decision = offpolicy.gate(score.log_ratio, threshold) if threshold is not None else None
+        if decision == "append":
+            # The failure stays: failed turn, its error and the retry, exactly as without SAAR (all on-policy).
+            self.policy.on_appended(mode, similarity, replacement_code, score)
+            return
         if self.negatives is not None:  # the failed first attempt, taken from the stream before it is cut
             # verl's num_turns counts user + assistant turns + 1; the failed turn is one more assistant turn.
             turns = base.user_turns + base.assistant_turns + 2
             negative = failed_attempt(*stream, lengths, failed.ids, failed.logprobs, failed_boundary, num_turns=turns)
             self.negatives.offer(negative, success_span(result.spliced_start, result.spliced_end, mode, new_boundary))
+        # The spliced tokens keep the log-probs they were sampled with (the behaviour policy, error context), so
+        # a token-level rollout IS correction (rollback_is_correction) weighs them against the purified context.
         agent_data.prompt_ids = result.ids
         agent_data.response_mask = result.mask
         if result.logprobs is not None:
@@ -434,14 +464,50 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         agent_data.user_turns = base.user_turns
         agent_data.assistant_turns = base.assistant_turns + 1
         attempt = open_position.event.retries
-        self.stats.spliced_spans.append(SplicedSpan(result.spliced_start, result.spliced_end, attempt))
+        self.stats.spliced_spans.append(SplicedSpan(result.spliced_start, result.spliced_end, attempt, mode))
         leaked = False
         if mode == "deep":
             reasoning = self.tokenizer.decode(
                 replacement.ids[:new_boundary] if new_boundary is not None else replacement.ids
             )
             leaked = mentions_error(reasoning, open_position.error_texts, open_position.exception_types)
-        self.policy.on_purified(mode, similarity, replacement_code, leaked)
+        self.policy.on_purified(mode, similarity, replacement_code, leaked, score, decision)
+
+    async def _score_splice(
+        self, agent_data: AgentData, result: SpliceResult, replacement: TurnRecord
+    ) -> offpolicy.IsScore:
+        """log IS of the tokens about to be spliced: their log-probs in the purified context (one extra prefill)
+        minus the behaviour log-probs they were sampled with (a second prefill of the error context without them)."""
+        spliced = result.spliced_end - result.spliced_start
+        end = len(result.ids)
+        purified = await self._prompt_logprobs(agent_data, result.ids)
+        target = offpolicy.span_log_prob(purified, end - spliced, end)
+        if replacement.logprobs is not None:
+            behaviour = math.fsum(replacement.logprobs[len(replacement.ids) - spliced :])
+        else:  # calculate_log_probs is off: score the retry where it was sampled
+            sampled_end = replacement.before.ids + len(replacement.ids)
+            sampled = await self._prompt_logprobs(agent_data, agent_data.prompt_ids[:sampled_end])
+            behaviour = offpolicy.span_log_prob(sampled, sampled_end - spliced, sampled_end)
+        return offpolicy.IsScore(log_ratio=target - behaviour, tokens=spliced)
+
+    async def _prompt_logprobs(self, agent_data: AgentData, ids: list[int]) -> list[float]:
+        """Per-token log-probs of `ids` from the trajectory's own server (same request id, so the same replica)."""
+        output = await self.server_manager.generate(
+            request_id=agent_data.request_id,
+            prompt_ids=list(ids),
+            sampling_params=offpolicy.scoring_params(self._sampling_params),
+        )
+        try:
+            return offpolicy.prompt_token_logprobs(output.extra_fields, len(ids))
+        except offpolicy.PromptLogprobsError as error:
+            key = (
+                "rollback_is_threshold" if self.saar_config.rollback_is_threshold is not None else "rollback_is_measure"
+            )
+            raise SaarConfigError(
+                f"actor_rollout_ref.rollout.multi_turn.{key} needs an inference server that returns prompt log-probs "
+                f"(sampling param prompt_logprobs, verl's vLLM/SGLang servers and cleaner_cpu do): {error}. "
+                f"Unset {key} or use such a backend."
+            ) from error
 
     async def _parse_turn(self, agent_data: AgentData, turn_ids: list[int]) -> tuple[str, list[FunctionCall]]:
         active_tools = getattr(agent_data, "_active_tools", self.tools)
@@ -462,7 +528,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         for index in range(start, len(mask) + 1):
             if index == len(mask) or mask[index] == 0:
                 if index > start:
-                    self.stats.spliced_spans.append(SplicedSpan(start, index, closed.event.retries))
+                    self.stats.spliced_spans.append(SplicedSpan(start, index, closed.event.retries, "exhausted"))
                 start = index + 1
 
     def _delete_segment(self, agent_data: AgentData, start: StreamPosition, end: StreamPosition) -> None:
@@ -510,7 +576,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         length = len(output.response_ids)
         stats.response_tokens = length
         spans = [
-            SplicedSpan(span.start, min(span.end, length), span.attempt)
+            SplicedSpan(span.start, min(span.end, length), span.attempt, span.kind)
             for span in stats.spliced_spans
             if span.start < length
         ]

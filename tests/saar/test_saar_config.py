@@ -17,6 +17,13 @@ def test_defaults_match_the_reference_and_paper():
     assert config.rollback_on_errors == MODEL_ERROR_CATEGORIES
     assert (config.save_negative_samples, config.max_negative_samples_per_group) == (False, 1)
     assert (config.rollback_exhausted_keep, config.drop_infra_error_trajectories) == ("last", False)
+    # off-policy spans: the paper's behaviour (replace, nothing scored, roll back from the first failure)
+    assert (config.rollback_is_threshold, config.rollback_is_measure, config.rollback_is_correction) == (
+        None,
+        False,
+        False,
+    )
+    assert config.rollback_after_errors == 1 and not config.scores_splices
 
 
 # A valid value other than the default for every field: a new field without one here fails the test below.
@@ -33,6 +40,10 @@ NON_DEFAULT = {
     "max_negative_samples_per_group": 0,
     "rollback_exhausted_keep": "all",
     "drop_infra_error_trajectories": True,
+    "rollback_is_threshold": 0.5,
+    "rollback_is_measure": True,
+    "rollback_is_correction": True,
+    "rollback_after_errors": 2,
 }
 
 
@@ -93,8 +104,22 @@ def test_reads_an_omegaconf_section():
         ({"drop_infra_error_trajectories": "yes"}, "drop_infra_error_trajectories"),
         ({"save_negative_samples": 1}, "save_negative_samples"),
         ({"max_negative_samples_per_group": -1}, "max_negative_samples_per_group"),
+        ({"rollback_is_threshold": 0.0}, "rollback_is_threshold"),
+        ({"rollback_is_threshold": -1.0}, "rollback_is_threshold"),
+        ({"rollback_is_threshold": float("inf")}, "rollback_is_threshold"),
+        ({"rollback_is_threshold": "0.5"}, "rollback_is_threshold"),
+        ({"rollback_is_measure": "yes"}, "rollback_is_measure"),
+        ({"rollback_is_correction": 1}, "rollback_is_correction"),
+        ({"rollback_after_errors": 0}, "rollback_after_errors"),
+        ({"rollback_after_errors": 1.5}, "rollback_after_errors"),
     ],
 )
 def test_invalid_settings_fail_with_a_message_naming_the_key(overrides, message):
     with pytest.raises(SaarConfigError, match=message):
         SaarConfig.from_multi_turn(overrides)
+
+
+@pytest.mark.parametrize("key", ["rollback_is_threshold", "rollback_is_measure"])
+def test_either_off_policy_key_asks_for_scored_splices(key):
+    value = 0.5 if key == "rollback_is_threshold" else True
+    assert SaarConfig.from_multi_turn({key: value}).scores_splices

@@ -1,6 +1,7 @@
 import pytest
 
 from cleaner.saar.config import SaarConfig
+from cleaner.saar.offpolicy import IsScore
 from cleaner.saar.outcome import ErrorCategory, ToolOutcome
 from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
 from cleaner.saar.stats import TrajectoryStats
@@ -108,10 +109,11 @@ def test_the_failed_n_times_note_comes_from_two_retries_on():
     p.on_resample(1)
     fail_round(p)
     p.on_resample(1)
-    assert fail_round(p) is Action.GIVE_UP
-    assert (
-        p.note()
-        == "\n\nNote: this tool call has failed 3 times with the same error type (NameError). Try a different method."
+    assert fail_round(p, TIMEOUT) is Action.GIVE_UP
+    # the reference's wording; it names no error, so nothing of the attempts that leave the trajectory stays
+    assert p.note() == (
+        "\n\nNote: This approach has been attempted 3 times with the same type of error. "
+        "Consider trying a different algorithm, method, or approach to solve this problem."
     )
     p, _ = policy(max_tool_retries=3)
     fail_round(p)
@@ -217,3 +219,49 @@ def test_on_resample_requires_an_open_position():
     p, _ = policy()
     with pytest.raises(AssertionError):
         p.on_resample(1)
+
+
+def test_a_position_closed_before_any_retry_is_neither_triggered_nor_failed():
+    """E.g. the failed call's own tool response filled response_length: the position opened, no retry ran."""
+    p, stats = policy()
+    assert fail_round(p) is Action.RETRY
+    assert stats.rollbacks_triggered == 0  # triggered = got at least one retry; none was generated yet
+    assert p.close_open("the response is full") is Action.GIVE_UP
+    assert (stats.rollbacks_triggered, stats.rollbacks_failed, stats.purified_errors) == (0, 0, 0)
+    assert stats.rollback_events == [] and p.note() is None
+    fail_round(p)
+    p.on_resample(4)
+    assert stats.rollbacks_triggered == 1
+
+
+def test_rollback_after_errors_tolerates_the_first_failures_in_a_row():
+    p, stats = policy(rollback_after_errors=2)
+    assert fail_round(p, code="first") is Action.CONTINUE  # kept, as in the baseline
+    assert fail_round(p, code="second") is Action.RETRY  # the second failure in a row opens the position
+    assert p.open.event.failed_code == "second"
+    p.on_resample(3)
+    assert p.on_round([OK], position=2, code="fix", feedback="") is Action.PURIFY
+    p.on_purified("deep", 0.0, "fix", mentions_error=False)
+    # a success resets the count: the next failure is tolerated again
+    assert fail_round(p) is Action.CONTINUE
+    assert p.on_round([OK], position=3, code="ok", feedback="") is Action.CONTINUE
+    assert fail_round(p) is Action.CONTINUE
+    assert (stats.rollbacks_triggered, stats.rollbacks_recovered) == (1, 1)
+
+
+def test_an_appended_recovery_is_recovered_but_not_spliced():
+    p, stats = policy(rollback_is_threshold=0.5)
+    fail_round(p)
+    p.on_resample(4)
+    assert p.on_round([OK], position=1, code="print(x)", feedback="") is Action.PURIFY
+    event = p.on_appended("shallow", 0.8, "print(x)", IsScore(log_ratio=-3.0, tokens=4))
+    assert (event.is_decision, event.log_is_ratio, event.is_tokens, event.mode) == ("append", -3.0, 4, "shallow")
+    assert (stats.rollbacks_recovered, stats.rollbacks_shallow, stats.rollbacks_deep) == (1, 0, 0)
+    assert (stats.planb_appends, stats.planb_replaces, stats.is_scored, stats.purified_errors) == (1, 0, 1, 0)
+    fail_round(p)
+    p.on_resample(4)
+    p.on_round([OK], position=2, code="print(x)", feedback="")
+    event = p.on_purified("deep", 0.1, "print(x)", False, IsScore(log_ratio=0.2, tokens=9), "replace")
+    assert (event.is_decision, event.log_is_ratio) == ("replace", 0.2)
+    assert (stats.planb_appends, stats.planb_replaces, stats.is_scored, stats.rollbacks_deep) == (1, 1, 2, 1)
+    assert stats.rollbacks_recovered == stats.rollbacks_shallow + stats.rollbacks_deep + stats.planb_appends

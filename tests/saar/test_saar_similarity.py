@@ -49,3 +49,32 @@ def test_every_measure_is_symmetric_bounded_and_reflexive(name):
         assert 0.0 <= measure(old, new) <= 1.0
         assert measure(old, old) == 1.0
         assert measure(old, new) == pytest.approx(measure(new, old))
+
+
+@pytest.mark.parametrize(
+    ("malformed", "code"),
+    [
+        # hermes JSON cut off before its closing braces (what verl's parser drops; the loop passes the span's text)
+        ('{"name": "code_interpreter", "arguments": {"code": "print(1)"\n', "print(1)"),
+        # cut off inside the code string, escapes decoded
+        ('{"name": "code_interpreter", "arguments": {"code": "x = \\"a\\"\\nprint(x', 'x = "a"\nprint(x'),
+        # raw newlines inside the JSON string (invalid JSON, common in model output)
+        ('{"name": "code_interpreter", "arguments": {"code": "a = 1\nprint(a)"}', "a = 1\nprint(a)"),
+        # an XML call (qwen3_coder) whose function header is broken
+        ("<function=code_interpreter\n<parameter=code>\nprint(2)\n</parameter>\n</function>", "print(2)"),
+        # arguments that are a bare JSON string, not an object
+        ('"print(3)"', "print(3)"),
+    ],
+)
+def test_the_code_of_a_malformed_call_is_extracted(malformed, code):
+    assert call_code(malformed) == code
+
+
+def test_a_malformed_call_compares_code_with_code():
+    """The same code in a broken call and in its fix is a perfect match, not JSON against code."""
+    broken = '{"name": "code_interpreter", "arguments": {"code": "total = sum(range(11))\\nprint(total)"\n'
+    assert difflib_ratio(call_code(broken), "total = sum(range(11))\nprint(total)") == 1.0
+
+
+def test_a_malformed_call_without_findable_code_is_compared_as_its_raw_text():
+    assert call_code("{not json at all") == "{not json at all"

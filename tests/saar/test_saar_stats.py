@@ -17,7 +17,7 @@ def test_fraction_flags_and_provenance():
     stats = TrajectoryStats(spliced_tokens=30, response_tokens=120, infra_errors=1)
     stats.count_failure(ErrorCategory.TIMEOUT)
     stats.count_failure(ErrorCategory.TIMEOUT)
-    stats.spliced_spans.append(SplicedSpan(10, 40, 2))
+    stats.spliced_spans.append(SplicedSpan(10, 40, 2, "shallow"))
     stats.rollback_events.append(
         RollbackEvent(0, "print(y)", "exception", "NameError", "NameError: y", "print(x)", 0.9, "shallow", 2, 17)
     )
@@ -25,7 +25,7 @@ def test_fraction_flags_and_provenance():
     assert fields["saar_spliced_token_fraction"] == 0.25
     assert fields["saar_infra_error"] is True
     assert fields["saar_fail_timeout"] == 2
-    assert fields["saar_spliced_spans"] == [[10, 40, 2]]
+    assert fields["saar_spliced_spans"] == [[10, 40, 2, "shallow"]]
     assert fields["saar_rollback_events"][0] == {
         "position": 0,
         "failed_code": "print(y)",
@@ -39,4 +39,7 @@ def test_fraction_flags_and_provenance():
         "resampled_tokens": 17,
         "model_errors": 0,
         "kept": None,
+        "log_is_ratio": None,
+        "is_tokens": None,
+        "is_decision": None,
     }

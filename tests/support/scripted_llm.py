@@ -6,6 +6,11 @@ runs on CPU without a model. Each trajectory follows its own script: a script is
 the first time that request id is seen, by a marker string found in the decoded prompt (so n samples
 of one prompt each replay the script from the start). Every request is recorded so tests can check
 exactly what the model saw and which tokens it sampled.
+
+A request whose sampling parameters ask for `prompt_logprobs` (verl's scoring contract: one row per prompt
+token, row i the log-prob of token i+1, the last row a dummy) is a scoring prefill: it consumes no script turn,
+is recorded in `score_requests`, and is answered with the scripted `prompt_logprob` values, or, when that is
+None, like a backend without the feature (one token, no prompt log-probs).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +56,14 @@ class RecordedRequest:
     log_probs: list[float]
 
 
+@dataclass(frozen=True)
+class RecordedScore:
+    request_id: str
+    prompt_ids: list[int]
+    sampling_params: dict[str, Any]
+    prompt_logprobs: list[list[float]] | None  # what the server answered (None: it returned none)
+
+
 @dataclass
 class _Cursor:
     marker: str
@@ -71,6 +84,10 @@ class ScriptedLLMServer:
     delay_s: float = 0.0
     # False: answer like a server run with `calculate_log_probs=False` (no log-probs at all).
     with_log_probs: bool = True
+    # Scoring prefills (`prompt_logprobs`): the log-prob of every prompt token, or a function of the prompt ids
+    # giving it for that request; None answers like a backend that cannot return prompt log-probs.
+    prompt_logprob: float | Callable[[list[int]], float] | None = None
+    score_requests: list[RecordedScore] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._compiled: dict[str, list[list[int]]] = {}
@@ -120,6 +137,8 @@ class ScriptedLLMServer:
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        if sampling_params.get("prompt_logprobs") is not None:
+            return self._score(request_id, list(prompt_ids), dict(sampling_params))
         cursor = self._bind(request_id, prompt_ids)
         turns = self._compiled[cursor.marker]
         if cursor.next_turn >= len(turns):
@@ -146,6 +165,22 @@ class ScriptedLLMServer:
             log_probs=log_probs if self.with_log_probs else None,
             stop_reason=self._stop_reasons[cursor.marker][turn_index],
             num_preempted=0,
+        )
+
+    def _score(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any]) -> TokenOutput:
+        extra_fields: dict[str, Any] = {}
+        rows = None
+        if self.prompt_logprob is not None:
+            value = self.prompt_logprob(prompt_ids) if callable(self.prompt_logprob) else self.prompt_logprob
+            rows = [[float(value)] for _ in prompt_ids[1:]] + [[0.0]]
+            extra_fields = {"prompt_logprobs": rows, "prompt_ids": [[token] for token in prompt_ids[1:]] + [[0]]}
+        self.score_requests.append(RecordedScore(request_id, prompt_ids, sampling_params, rows))
+        return TokenOutput(
+            token_ids=[self.tokenizer.eos_token_id],
+            log_probs=[0.0] if self.with_log_probs else None,
+            stop_reason="completed",
+            num_preempted=0,
+            extra_fields=extra_fields,
         )
 
     def requests_for(self, marker: str) -> list[RecordedRequest]:

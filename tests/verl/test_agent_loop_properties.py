@@ -25,16 +25,16 @@ from hypothesis import strategies as st
 from cleaner.saar.policy import exhausted_note
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl.agent_loop import CleanerToolAgentLoop
+from support.saar_script import assistant as _assistant
+from support.saar_script import tool_message as _tool
+from support.saar_script import tool_text, turn
 from support.scripted_llm import (
     INFRA_TEXT,
     ScriptedLLMServer,
     agent_loop_config,
     build_agent_loop,
     render_conversation,
-    scripted_outcome,
     scripted_python_tool,
-    scripted_tool_text,
-    tool_call_text,
     training_sampling_params,
     unsampled_positions,
 )
@@ -83,14 +83,6 @@ positions = st.builds(
     similar_fix=st.booleans(),
     ending=st.sampled_from(["fix", "fix", "fix", "give_up", "infra"]),
 )
-
-
-def turn(reasoning: str, code: str) -> str:
-    return f"<think>\n{reasoning}\n</think>\n\n" + tool_call_text(code)
-
-
-def tool_text(code: str) -> str:
-    return scripted_tool_text(code, scripted_outcome(code))
 
 
 def plan(position_specs: list[Position], retries: int):
@@ -147,9 +139,7 @@ def plan(position_specs: list[Position], retries: int):
             expected["retries"] += spec.failures
         else:
             reasoning, code = attempts[-1]
-            feedback = tool_text(code) + (
-                exhausted_note(retries + 1, kinds_of(spec, retries + 1)) if retries >= 2 else ""
-            )
+            feedback = tool_text(code) + (exhausted_note(retries + 1) if retries >= 2 else "")
             conversation += [_assistant(turn(reasoning, code)), _tool(feedback)]
             hidden += [(code, tool_text(code)) for code in failed[:-1]]
             expected["triggered"] += 1
@@ -158,19 +148,6 @@ def plan(position_specs: list[Position], retries: int):
     script.append(ANSWER)
     conversation.append(_assistant(ANSWER))
     return script, conversation, hidden, expected
-
-
-def kinds_of(spec: Position, attempts: int) -> list[str | None]:
-    """The exception types the scripted tool reports for a position's first `attempts` failures."""
-    return [scripted_outcome(f"# outcome: {kind}").exception_type for kind in spec.failure_kinds[:attempts]]
-
-
-def _assistant(text: str) -> dict:
-    return {"role": "assistant", "content": text}
-
-
-def _tool(text: str) -> dict:
-    return {"role": "tool", "content": text}
 
 
 async def run_script(tokenizer, script, retries):
@@ -216,6 +193,7 @@ def test_random_trajectories_are_purified_exactly(qwen3_tokenizer, position_spec
     assert fields["saar_first_attempt_calls"] == expected["positions"]
     assert fields["saar_infra_errors"] == expected["infra"] and fields["saar_infra_error"] == (expected["infra"] > 0)
     spans = fields["saar_spliced_spans"]
-    assert fields["saar_spliced_tokens"] == sum(end - start for start, end, _ in spans)
-    assert all(output.response_mask[i] == 1 for start, end, _ in spans for i in range(start, end))
+    assert fields["saar_spliced_tokens"] == sum(end - start for start, end, _, _ in spans)
+    assert all(output.response_mask[i] == 1 for start, end, _, _ in spans for i in range(start, end))
+    assert {kind for _, _, _, kind in spans} <= {"shallow", "deep", "exhausted"}
     assert fields["saar_response_tokens"] == len(output.response_ids)

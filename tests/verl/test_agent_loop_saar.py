@@ -13,6 +13,8 @@ from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl import agent_loop as agent_loop_module
 from cleaner.verl.agent_loop import AGENT_NAME, CleanerToolAgentLoop, next_occurrence
 from cleaner.verl.tool_execution import TOOL_CRASH_TEXT, tool_history
+from support.saar_script import ANSWER, FAILED, OTHER_FIX, SIMILAR_FIX, assistant, tool_text, turn
+from support.saar_script import tool_message as tool
 from support.scripted_llm import (
     INFRA_TEXT,
     ScriptedLLMServer,
@@ -22,7 +24,6 @@ from support.scripted_llm import (
     render_conversation,
     scripted_outcome,
     scripted_python_tool,
-    scripted_tool_text,
     tool_call_text,
     training_sampling_params,
     unsampled_positions,
@@ -31,22 +32,7 @@ from support.scripted_llm import (
 
 MARKER = "PROBLEM-7"
 PROMPT = [{"role": "user", "content": f"{MARKER}: compute the total of 1..10 with Python."}]
-FAILED = "total = sum(range(1, 11))\nprint(totl)\n# outcome: exception NameError"
-SIMILAR_FIX = "total = sum(range(1, 11))\nprint(total)"
-OTHER_FIX = "acc = 0\nfor k in range(11):\n    acc += k\nacc"
-ANSWER = "<think>\nThe tool printed it.\n</think>\n\nThe total is \\boxed{55}."
-
-
-def turn(reasoning: str, code: str | None = None, prose: str = "") -> str:
-    text = f"<think>\n{reasoning}\n</think>\n\n{prose}"
-    return text + tool_call_text(code) if code is not None else text
-
-
 FIRST = turn("I will sum with Python.", FAILED, "Let me run it.\n")
-
-
-def tool_text(code: str) -> str:
-    return scripted_tool_text(code, scripted_outcome(code))
 
 
 class Run:
@@ -91,14 +77,6 @@ def assert_consistent(run: Run, tokenizer, conversation: list[dict] | None = Non
         assert run.text(tokenizer) == render_conversation(tokenizer, run.loop.tool_schemas, PROMPT + conversation)
 
 
-def assistant(text: str) -> dict:
-    return {"role": "assistant", "content": text}
-
-
-def tool(text: str) -> dict:
-    return {"role": "tool", "content": text}
-
-
 def test_registered_under_its_agent_name():
     assert _agent_loop_registry[AGENT_NAME]["_target_"] == "cleaner.verl.agent_loop.CleanerToolAgentLoop"
 
@@ -124,8 +102,8 @@ async def test_shallow_rollback_keeps_the_reasoning_and_replaces_only_the_call(q
     assert event["mode"] == "shallow" and event["failed_code"] == FAILED and event["replacement_code"] == SIMILAR_FIX
     assert event["similarity"] >= 0.5 and event["exception_type"] == "NameError" and event["position"] == 0
     # the spliced span is exactly the new call's tokens
-    [[start, end, attempt]] = f["saar_spliced_spans"]
-    assert attempt == 1
+    [[start, end, attempt, kind]] = f["saar_spliced_spans"]
+    assert (attempt, kind) == (1, "shallow")
     assert qwen3_tokenizer.decode(run.output.response_ids[start:end]) == tool_call_text(SIMILAR_FIX) + "<|im_end|>"
     assert f["saar_spliced_tokens"] == end - start and f["saar_response_tokens"] == len(run.output.response_ids)
     assert run.output.num_turns == 4  # user + purified call turn + tool + answer
@@ -156,8 +134,8 @@ async def test_deep_rollback_replaces_the_whole_turn(qwen3_tokenizer):
     assert_consistent(run, qwen3_tokenizer, [assistant(retry), tool(tool_text(OTHER_FIX)), assistant(ANSWER)])
     f = run.fields
     assert (f["saar_rollbacks_deep"], f["saar_rollbacks_shallow"], f["saar_deep_mentions_error"]) == (1, 0, 0)
-    [[start, end, _]] = f["saar_spliced_spans"]
-    assert qwen3_tokenizer.decode(run.output.response_ids[start:end]) == retry + "<|im_end|>"
+    [[start, end, _, kind]] = f["saar_spliced_spans"]
+    assert kind == "deep" and qwen3_tokenizer.decode(run.output.response_ids[start:end]) == retry + "<|im_end|>"
 
 
 async def test_deep_replacement_that_mentions_the_hidden_error_is_counted(qwen3_tokenizer):
@@ -193,7 +171,11 @@ FOLLOW_UP = turn("Let me think without tools.", None, "The total is \\boxed{55}.
 
 
 def note(attempts: int) -> str:
-    return f"\n\nNote: this tool call has failed {attempts} times with the same error type (NameError). Try a different method."
+    """The reference's wording (its `_handle_max_retry_exceeded`), added after the last error."""
+    return (
+        f"\n\nNote: This approach has been attempted {attempts} times with the same type of error. "
+        "Consider trying a different algorithm, method, or approach to solve this problem."
+    )
 
 
 async def test_k_exhausted_keeps_only_the_last_failed_attempt_and_adds_the_note(qwen3_tokenizer):
@@ -209,11 +191,30 @@ async def test_k_exhausted_keeps_only_the_last_failed_attempt_and_adds_the_note(
     assert run.output.num_turns == 4  # user + the kept attempt + its tool response + the follow-up
     # the kept attempt was sampled after errors that are gone: it is recorded as spliced; the follow-up was
     # generated after the rollback, in the context it is trained in
-    [[start, end, attempt]] = f["saar_spliced_spans"]
-    assert (start, attempt) == (0, 2) and f["saar_spliced_tokens"] == end
+    [[start, end, attempt, kind]] = f["saar_spliced_spans"]
+    assert (start, attempt, kind) == (0, 2, "exhausted") and f["saar_spliced_tokens"] == end
     assert qwen3_tokenizer.decode(run.output.response_ids[start:end]) == RETRIES[1] + "<|im_end|>"
     # the model read the note before its follow-up
-    assert qwen3_tokenizer.decode(run.server.requests_for(MARKER)[-1].prompt_ids).count("Try a different method") == 1
+    assert qwen3_tokenizer.decode(run.server.requests_for(MARKER)[-1].prompt_ids).count("Consider trying") == 1
+
+
+async def test_nothing_of_a_removed_attempt_stays_in_the_kept_context(qwen3_tokenizer):
+    """The exhausted note names no error type: the removed attempts' ZeroDivisionError/IndexError stay out."""
+    codes = [
+        "print(1 / 0)\n# outcome: exception ZeroDivisionError",
+        "print([][3])\n# outcome: exception IndexError",
+        "print(int('x'))\n# outcome: exception ValueError",
+    ]
+    script = [turn(f"Attempt {i}.", code) for i, code in enumerate(codes)] + [FOLLOW_UP]
+    run = await run_loop(qwen3_tokenizer, script, max_tool_retries=2)
+    kept = [assistant(script[2]), tool(tool_text(codes[2]) + note(3)), assistant(FOLLOW_UP)]
+    assert_consistent(run, qwen3_tokenizer, kept)
+    text = run.text(qwen3_tokenizer)
+    for removed in ("ZeroDivisionError", "IndexError", "Attempt 0", "Attempt 1", "[][3]", "1 / 0"):
+        assert removed not in text, removed
+    # what the model read before answering is the purified context
+    last_prompt = qwen3_tokenizer.decode(run.server.requests_for(MARKER)[-1].prompt_ids)
+    assert "ZeroDivisionError" not in last_prompt and "IndexError" not in last_prompt
 
 
 async def test_k_exhausted_with_keep_all_keeps_the_whole_failed_chain(qwen3_tokenizer):
@@ -295,6 +296,25 @@ async def test_a_resample_past_response_length_is_still_run_and_can_recover(qwen
     assert run.fields["saar_rollbacks_shallow"] == 1 and run.fields["saar_resampled_tokens"] > 300
 
 
+@pytest.mark.parametrize("short", [0, 1, 2, 3])
+async def test_a_failed_calls_response_that_fills_the_budget_ends_the_trajectory_cleanly(qwen3_tokenizer, short):
+    """The response lands at response_length (the next header in or just past it): no empty assistant header at
+    the end, and no rollback counted, since no retry could be generated."""
+    script = [FIRST, turn("Fixing.", OTHER_FIX), ANSWER]
+    full = await run_loop(qwen3_tokenizer, script, enable_tool_rollback=False)
+    header = qwen3_tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    ids = full.output.response_ids
+    end = next(i for i in range(len(header), len(ids)) if ids[i - len(header) : i] == header)  # after the 1st response
+    run = await run_loop(qwen3_tokenizer, script, response_length=end - short)
+    assert run.response_text(qwen3_tokenizer).endswith(tool_text(FAILED) + "\n</tool_response><|im_end|>\n")
+    assert run.output.response_ids == ids[: end - len(header)]
+    assert run.output.response_mask[-1] == 0 and len(run.server.requests_for(MARKER)) == 1
+    f = run.fields
+    assert (f["saar_rollbacks_triggered"], f["saar_rollbacks_failed"], f["saar_retries_used"]) == (0, 0, 0)
+    assert f["saar_rollback_events"] == [] and f["saar_first_attempt_calls"] == 1
+    assert_consistent(run, qwen3_tokenizer)
+
+
 async def test_empty_resample_is_retried_within_the_budget(qwen3_tokenizer):
     empty = ScriptedTurn(token_ids=(), append_eos=False, stop_reason="aborted")
     fix = turn("Fixing.", OTHER_FIX)
@@ -341,7 +361,24 @@ async def test_unparsable_call_is_a_bad_call_and_rolled_back(qwen3_tokenizer):
     run = await run_loop(qwen3_tokenizer, [broken, fix, ANSWER])
     assert_consistent(run, qwen3_tokenizer, [assistant(fix), tool(tool_text("print(1)")), assistant(ANSWER)])
     assert run.fields["saar_fail_bad_call"] == 1 and run.fields["saar_rollbacks_recovered"] == 1
-    assert "could not be parsed" in run.fields["saar_rollback_events"][0]["error_text"]
+    [event] = run.fields["saar_rollback_events"]
+    assert "could not be parsed" in event["error_text"]
+    # code is compared with code: the broken call's code is the fix's, so the fix is a shallow splice
+    assert (event["failed_code"], event["similarity"], event["mode"]) == ("print(1)", 1.0, "shallow")
+
+
+async def test_a_broken_call_whose_fix_keeps_the_code_keeps_the_original_reasoning(qwen3_tokenizer):
+    code = "print(sum(range(11)))"  # short: compared with the raw call text, the wrapper would make it deep
+    broken = (
+        "<think>\nI will sum the numbers with Python and print the result.\n</think>\n\n<tool_call>\n"
+        + json.dumps({"name": "code_interpreter", "arguments": {"code": code}})[:-2]
+        + "\n</tool_call>"
+    )
+    fix = turn("The JSON was cut; same code again.", code)
+    run = await run_loop(qwen3_tokenizer, [broken, fix, ANSWER])
+    purified = turn("I will sum the numbers with Python and print the result.", code)
+    assert_consistent(run, qwen3_tokenizer, [assistant(purified), tool(tool_text(code)), assistant(ANSWER)])
+    assert run.fields["saar_rollbacks_shallow"] == 1
 
 
 async def test_unknown_tool_and_non_object_arguments_are_bad_calls(qwen3_tokenizer):
@@ -536,16 +573,16 @@ class HistoryTool(scripted_python_tool().__class__):
 
 
 async def test_cells_of_a_discarded_attempt_leave_the_stateful_history(qwen3_tokenizer):
-    tool = HistoryTool({"type": "native"}, scripted_python_tool().tool_schema)
-    tool.seen = []
+    history_tool = HistoryTool({"type": "native"}, scripted_python_tool().tool_schema)
+    history_tool.seen = []
     kept, dropped = "secret = 41", "print(zz)\n# outcome: exception NameError"
     first = turn("Two cells.", kept) + "\n" + tool_call_text(dropped)
     retry = turn("Again.", "other = 1") + "\n" + tool_call_text("print(2)")
     later = turn("Use it.", "print(other)")
-    run = await run_loop(qwen3_tokenizer, [first, retry, later, ANSWER], tools=[tool], max_parallel_calls=2)
+    run = await run_loop(qwen3_tokenizer, [first, retry, later, ANSWER], tools=[history_tool], max_parallel_calls=2)
     assert run.fields["saar_rollbacks_recovered"] == 1
     # the later cell replays only cells of the purified conversation: not `secret = 41` from the failed attempt
-    assert sorted(tool.seen[-1]) == ["other = 1", "print(2)"]
+    assert sorted(history_tool.seen[-1]) == ["other = 1", "print(2)"]
 
 
 async def test_the_leak_check_ignores_the_output_of_a_successful_parallel_call(qwen3_tokenizer):
@@ -577,7 +614,7 @@ async def test_routed_expert_replay_with_rollback_is_rejected_when_the_loop_is_b
 
 @pytest.mark.parametrize("answer", ["media", "malformed_outcome"])
 async def test_an_unusable_tool_answer_is_an_infra_error_of_that_trajectory(qwen3_tokenizer, answer):
-    tool = scripted_python_tool()
+    broken = scripted_python_tool()
 
     async def execute(instance_id, parameters, **kwargs):
         from verl.tools.schemas import ToolResponse
@@ -586,16 +623,12 @@ async def test_an_unusable_tool_answer_is_an_infra_error_of_that_trajectory(qwen
             return ToolResponse(text="a plot", image=["<image>"]), 0.0, {}
         return ToolResponse(text="done"), 0.0, {"tool_outcome": {"kind": "sideways"}}
 
-    tool.execute = execute
+    broken.execute = execute
     first = turn("Run.", "print(1)")
-    run = await run_loop(qwen3_tokenizer, [first, ANSWER], tools=[tool])
+    run = await run_loop(qwen3_tokenizer, [first, ANSWER], tools=[broken])
     f = run.fields
     assert (f["saar_infra_error"], f["saar_fail_tool_error"], f["saar_rollbacks_triggered"]) == (True, 1, 0)
-    assert_consistent(run, qwen3_tokenizer, [assistant(first), tool_message(TOOL_CRASH_TEXT), assistant(ANSWER)])
-
-
-def tool_message(text: str) -> dict:
-    return {"role": "tool", "content": text}
+    assert_consistent(run, qwen3_tokenizer, [assistant(first), tool(TOOL_CRASH_TEXT), assistant(ANSWER)])
 
 
 async def test_tool_execution_with_rollback_goes_through_verls_tool_calls_timer(qwen3_tokenizer):
@@ -627,14 +660,14 @@ async def test_rollback_off_is_byte_identical_to_the_stock_tool_agent_on_every_p
     script, failures = STOCK_PATHS[path]
 
     def tools():
-        tool = scripted_python_tool()
+        scripted = scripted_python_tool()
         if path == "tool_raises":
 
             async def boom(instance_id, parameters, **kwargs):
                 raise RuntimeError("socket closed")
 
-            tool.execute = boom
-        return [tool]
+            scripted.execute = boom
+        return [scripted]
 
     ours = await run_loop(qwen3_tokenizer, script, tools=tools(), enable_tool_rollback=False)
     stock = await run_loop(qwen3_tokenizer, script, tools=tools(), loop_cls=ToolAgentLoop, enable_tool_rollback=False)
