@@ -1,9 +1,10 @@
-"""Config-time checks of verl's trainer config: settings that compose fine but would not train as the user believes.
+"""Config-time checks of verl's trainer config: settings that would not train as the user believes.
 
-The recipes run them in `DRY_RUN=1` and in their preflight (`recipe/cleaner/compose_config.py`), and the real
-trainer runs them when `CleanerAgentLoopManager` is created, so `python -m verl.trainer.main_ppo` started by hand
-is covered too. A check takes the composed config and returns problems, one line each, naming the key and what
-to write instead. Nothing here imports verl.
+The one place the trainer config is checked. The recipes run the checks in `DRY_RUN=1` and in their preflight
+(`cleaner.verl.recipe_config`); `python -m verl.trainer.main_ppo` runs them in its driver where it validates its own
+config, before Ray or any worker starts (`cleaner.verl.start_check`), and again when `CleanerAgentLoopManager`
+is created. A check takes the composed config and returns problems, one line each, naming the key and what to
+write instead. Nothing here imports verl.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cleaner.data.agents import agent_name_counts
 from cleaner.names import AGENT_NAME
+from cleaner.saar.config import CONFIG_KEYS, SaarConfig, SaarConfigError
 from cleaner.verl.tool_dpo.checks import tool_dpo_problems
 
 logger = logging.getLogger(__name__)
@@ -95,26 +97,62 @@ def reference_trainer_keys(config: DictConfig) -> list[str]:
     return []
 
 
+MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
+
+
+def _multi_turn(config: DictConfig) -> Any:
+    return OmegaConf.select(config, MULTI_TURN) or {}
+
+
 def saar_enabled(config: DictConfig) -> bool:
-    multi_turn = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn") or {}
+    multi_turn = _multi_turn(config)
     return bool(multi_turn.get("enable")) and bool(multi_turn.get("enable_tool_rollback"))
 
 
+def saar_settings(config: DictConfig) -> list[str]:
+    """The SAAR keys under `multi_turn` parse (`cleaner.saar.config.SaarConfig`), checked where the trainer starts.
+
+    Without this a bad value would pass start-up and fail only when an agent-loop worker builds its loop.
+    """
+    multi_turn = _multi_turn(config)
+    if not any(multi_turn.get(key) is not None for key in CONFIG_KEYS):
+        return []
+    try:
+        SaarConfig.from_multi_turn(multi_turn)
+    except SaarConfigError as exc:
+        message = str(exc)
+        return [message if message.startswith(MULTI_TURN) else f"{MULTI_TURN}.{message}"]
+    return []
+
+
+def _is_correction_requested(config: DictConfig) -> bool:
+    return _multi_turn(config).get("rollback_is_correction") is True  # an invalid value is saar_settings' problem
+
+
 def saar_log_prob_handling(config: DictConfig) -> list[str]:
-    """SAAR splices tokens sampled in another context; rollout log-probs must not weight the update.
+    """SAAR splices tokens sampled in another context; rollout log-probs must not weight the update unasked.
 
     A rolled-back turn keeps tokens generated after the error was shown (deep) or a call generated in that
     context (shallow). Their rollout log-probs describe a context the purified sequence no longer contains, so
     importance sampling, rejection sampling or bypass mode (rollout log-probs as the PPO anchor) would train on
-    wrong ratios. Validation-only runs train nothing and are not checked.
+    ratios that mix the policy gap with the context gap. `multi_turn.rollback_is_correction=True` (Plan C) asks
+    for exactly that correction, token by token: it lifts the guard for `rollout_is=token` only. Validation-only
+    runs train nothing and are not checked.
     """
     if not saar_enabled(config) or OmegaConf.select(config, "trainer.val_only"):
         return []
     correction = OmegaConf.select(config, "algorithm.rollout_correction") or {}
+    plan_c = _is_correction_requested(config)
+    if plan_c and correction.get("rollout_is") != "token":
+        return [
+            f"{MULTI_TURN}.rollback_is_correction=True corrects spliced tokens with verl's token-level rollout "
+            f"importance sampling: set algorithm.rollout_correction.rollout_is=token (got "
+            f"{correction.get('rollout_is')}) and actor_rollout_ref.rollout.calculate_log_probs=True"
+        ]
     offending = [
         f"algorithm.rollout_correction.{key}={correction.get(key)}"
         for key in ("rollout_is", "rollout_rs")
-        if correction.get(key) is not None
+        if correction.get(key) is not None and not (plan_c and key == "rollout_is")
     ]
     if correction.get("bypass_mode"):
         offending.append("algorithm.rollout_correction.bypass_mode=True")
@@ -126,7 +164,8 @@ def saar_log_prob_handling(config: DictConfig) -> list[str]:
         "do not describe the purified sequence. Set algorithm.rollout_correction.rollout_is=null, "
         "rollout_rs=null, bypass_mode=False and actor_rollout_ref.rollout.calculate_log_probs=False, as the CLEANER "
         "recipes do (ROLLOUT_IS=null CALCULATE_LOG_PROBS=False): old_log_prob is then recomputed on the purified "
-        "sequence"
+        f"sequence. To correct the spliced tokens token by token instead, set {MULTI_TURN}.rollback_is_correction="
+        "True with algorithm.rollout_correction.rollout_is=token (ROLLBACK_IS_CORRECTION=True)"
     ]
 
 
@@ -135,6 +174,7 @@ def saar_log_prob_handling(config: DictConfig) -> list[str]:
 CONFIG_CHECKS: list[ConfigCheck] = [
     legacy_reward_keys,
     reference_trainer_keys,
+    saar_settings,
     saar_log_prob_handling,
     tool_dpo_problems,  # negative samples and the tool-DPO estimators (docs/negative-samples.md)
 ]
@@ -146,9 +186,26 @@ def config_warnings(config: DictConfig) -> list[str]:
         return [
             "actor_rollout_ref.rollout.calculate_log_probs=True with SAAR: verl's rollout-vs-trainer probability "
             "metrics (training/rollout_probs_diff_*) include spliced tokens, whose rollout log-probs came from the "
-            "context that held the error; the CLEANER recipes set it to False"
+            "context that held the error; rollback/offpolicy/* shows spliced and other tokens apart"
         ]
     return []
+
+
+# Any of these selects a cleaner piece; the start-up check leaves other verl configs alone.
+CLEANER_TARGETS = {
+    "actor_rollout_ref.rollout.multi_turn._target_": "cleaner.",
+    "actor_rollout_ref.rollout.agent.agent_loop_manager_class": "cleaner.",
+    "actor_rollout_ref.rollout.agent.default_agent_loop": AGENT_NAME,
+}
+
+
+def uses_cleaner(config: DictConfig) -> bool:
+    """Whether the config selects the cleaner agent loop, manager or multi_turn class (or sets a SAAR key)."""
+    for key, marker in CLEANER_TARGETS.items():
+        value = OmegaConf.select(config, key)
+        if isinstance(value, str) and value.startswith(marker):
+            return True
+    return any(_multi_turn(config).get(key) is not None for key in CONFIG_KEYS)
 
 
 def data_agent_problems(config: DictConfig) -> list[str]:

@@ -51,22 +51,40 @@ export CLEANER_ROOT
 : "${VAL_TOP_P:=0.6}"
 
 # ---------------------------------------------------------------- SAAR (actor_rollout_ref.rollout.multi_turn)
-: "${ENABLE_TOOL_ROLLBACK:=False}"
-: "${MAX_TOOL_RETRIES:=3}"
-: "${ROLLBACK_PROBABILITY:=1.0}"
-: "${ROLLBACK_SIMILARITY_THRESHOLD:=0.5}"
-: "${ROLLBACK_SIMILARITY:=difflib}"
-: "${ROLLBACK_IN_VALIDATION:=$ENABLE_TOOL_ROLLBACK}"
-: "${ROLLBACK_ON_ERRORS:=}" # e.g. "[exception,syntax_error]"; empty keeps every model-error category
-: "${ROLLBACK_SEED:=0}"
-# A trajectory the judge failed on (outage, queue timeout) says nothing about the model: mask it out of the loss.
-# On in every tool recipe, baselines included, so CLEANER and its baseline train on the same trajectories.
+# Each SAAR variable is passed as `+actor_rollout_ref.rollout.multi_turn.<key>` only when it is set (by a recipe or
+# the environment); unset, the key keeps cleaner.saar.config.SaarConfig's default, the one source of SAAR
+# defaults. Variable -> key (meanings: docs/saar.md):
+CLEANER_SAAR_VARIABLES=(
+    ENABLE_TOOL_ROLLBACK:enable_tool_rollback
+    MAX_TOOL_RETRIES:max_tool_retries
+    ROLLBACK_PROBABILITY:rollback_probability
+    ROLLBACK_SIMILARITY_THRESHOLD:rollback_similarity_threshold
+    ROLLBACK_SIMILARITY:rollback_similarity
+    ROLLBACK_IN_VALIDATION:rollback_in_validation
+    ROLLBACK_ON_ERRORS:rollback_on_errors # e.g. "[exception,syntax_error]"
+    ROLLBACK_SEED:rollback_seed
+    ROLLBACK_EXHAUSTED_KEEP:rollback_exhausted_keep
+    DROP_INFRA_ERROR_TRAJECTORIES:drop_infra_error_trajectories
+    ROLLBACK_IS_THRESHOLD:rollback_is_threshold # Plan B: IS-gated rollback (append below it, replace at or above)
+    ROLLBACK_IS_MEASURE:rollback_is_measure # score every splice, always replace
+    ROLLBACK_IS_CORRECTION:rollback_is_correction # Plan C: replace, token-level rollout IS on spliced tokens
+    ROLLBACK_AFTER_ERRORS:rollback_after_errors # 2: a position's first failure stays (one-tolerance)
+)
+# The recipes' deliberate differences from SaarConfig's defaults (docs/recipes.md, "Recipe defaults"):
+# a trajectory the judge failed on (outage, queue timeout) says nothing about the model: mask it out of the loss,
+# in every tool recipe, baselines included, so CLEANER and its baseline train on the same trajectories;
 : "${DROP_INFRA_ERROR_TRAJECTORIES:=True}"
+# and a training run's validation passes use SAAR when its training does.
+: "${ROLLBACK_IN_VALIDATION:=${ENABLE_TOOL_ROLLBACK:-False}}"
 
 # Log-prob handling differs between CLEANER (recomputed on the purified sequence) and the baselines
 # (rollout log-probs + sequence-level importance sampling). SAAR splices tokens sampled in another context, so
-# with it on the defaults are CLEANER's; rollout IS together with SAAR is refused (cleaner/verl/config_checks.py).
-if [[ "$ENABLE_TOOL_ROLLBACK" == "True" ]]; then
+# with it on the defaults are CLEANER's; rollout IS together with SAAR is refused (cleaner/verl/config_checks.py),
+# except token-level IS with ROLLBACK_IS_CORRECTION=True (Plan C), which then is the default.
+if [[ "${ENABLE_TOOL_ROLLBACK:-False}" == "True" && "${ROLLBACK_IS_CORRECTION:-False}" == "True" ]]; then
+    : "${CALCULATE_LOG_PROBS:=True}"
+    : "${ROLLOUT_IS:=token}"
+elif [[ "${ENABLE_TOOL_ROLLBACK:-False}" == "True" ]]; then
     : "${CALCULATE_LOG_PROBS:=False}"
     : "${ROLLOUT_IS:=null}"
 else
@@ -198,18 +216,14 @@ cleaner_overrides() {
                 "actor_rollout_ref.rollout.multi_turn._target_=$CLEANER_MULTI_TURN_CONFIG"
                 # In RolloutConfig but not in verl's rollout.yaml, hence the `+`.
                 "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=$CLEANER_AGENT_LOOP_MANAGER"
-                "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=$ENABLE_TOOL_ROLLBACK"
-                "+actor_rollout_ref.rollout.multi_turn.max_tool_retries=$MAX_TOOL_RETRIES"
-                "+actor_rollout_ref.rollout.multi_turn.rollback_probability=$ROLLBACK_PROBABILITY"
-                "+actor_rollout_ref.rollout.multi_turn.rollback_similarity_threshold=$ROLLBACK_SIMILARITY_THRESHOLD"
-                "+actor_rollout_ref.rollout.multi_turn.rollback_similarity=$ROLLBACK_SIMILARITY"
-                "+actor_rollout_ref.rollout.multi_turn.rollback_in_validation=$ROLLBACK_IN_VALIDATION"
-                "+actor_rollout_ref.rollout.multi_turn.rollback_seed=$ROLLBACK_SEED"
-                "+actor_rollout_ref.rollout.multi_turn.drop_infra_error_trajectories=$DROP_INFRA_ERROR_TRAJECTORIES"
             )
-            if [[ -n "$ROLLBACK_ON_ERRORS" ]]; then
-                CLEANER_OVERRIDES+=("+actor_rollout_ref.rollout.multi_turn.rollback_on_errors=$ROLLBACK_ON_ERRORS")
-            fi
+            local entry variable
+            for entry in "${CLEANER_SAAR_VARIABLES[@]}"; do
+                variable="${entry%%:*}"
+                if [[ -n "${!variable:-}" ]]; then
+                    CLEANER_OVERRIDES+=("+actor_rollout_ref.rollout.multi_turn.${entry#*:}=${!variable}")
+                fi
+            done
             ;;
         notool)
             CLEANER_OVERRIDES+=(actor_rollout_ref.rollout.multi_turn.enable=False)

@@ -7,9 +7,6 @@ set -euo pipefail
 : "${ACTOR_LR:=2e-6}"
 : "${ENABLE_TOOL_ROLLBACK:=True}"
 : "${ROLLBACK_PROBABILITY:=1.0}"
-# SAAR grafts regenerated tokens, so log-probs are recomputed on the purified sequence (no rollout IS).
-: "${CALCULATE_LOG_PROBS:=False}"
-: "${ROLLOUT_IS:=null}"
 : "${GPU_MEMORY_UTILIZATION:=0.80}"
 # shellcheck source=recipe/cleaner/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

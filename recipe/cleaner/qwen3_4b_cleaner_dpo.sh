@@ -10,10 +10,7 @@ set -euo pipefail
 : "${ACTOR_LR:=2e-6}"
 : "${ENABLE_TOOL_ROLLBACK:=True}"
 : "${ROLLBACK_PROBABILITY:=1.0}"
-# SAAR grafts regenerated tokens, so log-probs are recomputed on the purified sequence (no rollout IS); the
-# DPO adjustment is computed on those recomputed log-probs.
-: "${CALCULATE_LOG_PROBS:=False}"
-: "${ROLLOUT_IS:=null}"
+# The DPO adjustment is computed on the log-probs the trainer recomputes on the purified sequence.
 : "${GPU_MEMORY_UTILIZATION:=0.80}"
 # Negative samples and the adjustment (the reference's keys; beta and the cap at its defaults).
 : "${ADV_ESTIMATOR:=grpo_tool_dpo}" # or dapo_tool_dpo

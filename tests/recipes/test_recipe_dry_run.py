@@ -6,7 +6,6 @@ code DRY_RUN=1 runs, in one process (verl's import is paid once). One recipe als
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,6 +15,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from cleaner.saar.config import SaarConfig
+from cleaner.verl import recipe_config
+from cleaner.verl.recipe_overrides import translate_overrides
 from cleaner.verl.trainer_config import compose_trainer_config
 
 pytestmark = pytest.mark.slow  # composes every recipe with verl's Hydra config
@@ -45,6 +47,10 @@ CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "qwen3_4b_cleaner": ("qwen3_4b_cleaner.sh", {}, []),
     "qwen3_4b_cleaner_dpo": ("qwen3_4b_cleaner_dpo.sh", {}, []),  # checked in tests/verl/test_tool_dpo_recipe.py
     "qwen2.5_7b_cleaner": ("qwen2.5_7b_cleaner.sh", {}, []),
+    "qwen3_4b_cleaner_is_gate": ("qwen3_4b_cleaner_is_gate.sh", {}, []),
+    "qwen3_4b_cleaner_is_correction": ("qwen3_4b_cleaner_is_correction.sh", {}, []),
+    "qwen3_4b_cleaner_one_tolerance": ("qwen3_4b_cleaner_one_tolerance.sh", {}, []),
+    "token_is_without_correction": ("qwen3_4b_cleaner.sh", {"ROLLOUT_IS": "token", "CALCULATE_LOG_PROBS": "True"}, []),
     "qwen3_4b_dapo_tool": ("qwen3_4b_dapo_tool.sh", {}, []),
     "qwen2.5_7b_dapo_tool": ("qwen2.5_7b_dapo_tool.sh", {}, []),
     "qwen3_4b_dapo_notool": ("qwen3_4b_dapo_notool.sh", {}, []),
@@ -130,15 +136,7 @@ def recipe_commands(name: str, tmp: Path) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def compose_config():
-    spec = importlib.util.spec_from_file_location("compose_config", RECIPES / "compose_config.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def dry_runs(tmp_path_factory, compose_config) -> dict[str, list[dict]]:
+def dry_runs(tmp_path_factory) -> dict[str, list[dict]]:
     """Each recipe's commands, composed and validated in this process (verl is imported once)."""
     tmp = tmp_path_factory.mktemp("dry")
     results = {}
@@ -147,7 +145,7 @@ def dry_runs(tmp_path_factory, compose_config) -> dict[str, list[dict]]:
         for command in recipe_commands(name, tmp):
             config = compose_trainer_config(command[3:])
             try:
-                compose_config.validate(config)
+                recipe_config.validate(config)
             except ValueError as error:
                 configs.append(error)
                 continue
@@ -177,7 +175,12 @@ def test_cleaner_4b(dry_runs):
     assert rollout["multi_turn"]["enable_tool_rollback"] is True
     assert rollout["multi_turn"]["drop_infra_error_trajectories"] is True
     assert rollout["multi_turn"]["_target_"] == "cleaner.verl.multi_turn_config.SaarMultiTurnConfig"
-    assert (rollout["multi_turn"]["max_tool_retries"], rollout["multi_turn"]["rollback_probability"]) == (3, 1.0)
+    assert rollout["multi_turn"]["rollback_probability"] == 1.0
+    # A SAAR key the recipe does not set is not passed: SaarConfig's default is the one source.
+    assert "max_tool_retries" not in rollout["multi_turn"] and "rollback_is_threshold" not in rollout["multi_turn"]
+    saar = SaarConfig.from_multi_turn(rollout["multi_turn"])
+    assert (saar.max_tool_retries, saar.rollback_similarity_threshold, saar.rollback_after_errors) == (3, 0.5, 1)
+    assert (saar.rollback_in_validation, saar.drop_infra_error_trajectories) == (True, True)  # the recipes' choice
     assert rollout["multi_turn"]["tool_config_path"] == str(RECIPES / "config" / "python_tool.yaml")
     assert rollout["agent"]["agent_loop_config_path"] == str(RECIPES / "config" / "agent_loop.yaml")
     assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (False, None)
@@ -197,6 +200,37 @@ def test_cleaner_7b(dry_runs):
     assert config["actor_rollout_ref"]["rollout"]["multi_turn"]["rollback_probability"] == 0.7
     assert config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-6
     assert config["data"]["train_files"][0].endswith("filtered_sr.parquet")
+
+
+def test_is_gate_recipe_sets_the_threshold_and_keeps_cleaners_log_prob_handling(dry_runs):
+    config = composed(dry_runs["qwen3_4b_cleaner_is_gate"])
+    rollout = config["actor_rollout_ref"]["rollout"]
+    assert (rollout["multi_turn"]["rollback_is_threshold"], rollout["multi_turn"]["enable_tool_rollback"]) == (
+        0.5,
+        True,
+    )
+    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (False, None)
+    assert config["trainer"]["experiment_name"] == "Qwen3-4B-CLEANER-IS-gate"
+
+
+def test_is_correction_recipe_runs_token_level_rollout_is_with_saar(dry_runs):
+    config = composed(dry_runs["qwen3_4b_cleaner_is_correction"])
+    rollout = config["actor_rollout_ref"]["rollout"]
+    assert rollout["multi_turn"]["rollback_is_correction"] is True
+    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (True, "token")
+
+
+def test_token_level_rollout_is_with_saar_is_refused_without_the_correction_key(dry_runs):
+    [error] = dry_runs["token_is_without_correction"]
+    assert isinstance(error, ValueError) and "cannot train with algorithm.rollout_correction.rollout_is=token" in str(
+        error
+    )
+    assert "rollback_is_correction=True" in str(error)
+
+
+def test_one_tolerance_recipe(dry_runs):
+    multi_turn = composed(dry_runs["qwen3_4b_cleaner_one_tolerance"])["actor_rollout_ref"]["rollout"]["multi_turn"]
+    assert (multi_turn["rollback_after_errors"], multi_turn["enable_tool_rollback"]) == (2, True)
 
 
 @pytest.mark.parametrize("name", ["qwen3_4b_dapo_tool", "qwen2.5_7b_dapo_tool"])
@@ -318,16 +352,17 @@ def test_dry_run_end_to_end(tmp_path):
     assert "judge: no answer from http://127.0.0.1:9/ping" in result.stderr
 
 
-def test_dry_run_reports_an_invalid_config_and_fails(tmp_path, compose_config, capsys):
+def test_dry_run_reports_an_invalid_config_and_fails(tmp_path, capsys):
     [command] = recipe_commands("bad_saar_knob", tmp_path)
-    assert compose_config.main(command[3:]) == 1
+    assert recipe_config.main(command[3:]) == 1
     captured = capsys.readouterr()
-    assert "DRY_RUN: invalid config: SaarConfigError" in captured.err and "got 1.5" in captured.err
+    assert "DRY_RUN: invalid config: TrainerConfigError" in captured.err and "rollback_probability" in captured.err
+    assert "got 1.5" in captured.err
     assert "DRY_RUN ok" not in captured.out
 
 
-def test_dry_run_names_an_unknown_override(compose_config, capsys):
-    assert compose_config.main(["actor_rollout_ref.rollout.no_such_key=1"]) == 1
+def test_dry_run_names_an_unknown_override(capsys):
+    assert recipe_config.main(["actor_rollout_ref.rollout.no_such_key=1"]) == 1
     assert "DRY_RUN: invalid config: ConfigCompositionException" in capsys.readouterr().err
 
 
@@ -394,24 +429,24 @@ def test_filter_zero_advantage_samples_is_refused_when_on(dry_runs):
     assert composed(dry_runs["filter_zero_advantage_off"])["trainer"]["filter_zero_advantage_samples"] is False
 
 
-def test_an_untranslated_legacy_reward_key_is_refused_naming_the_new_key(tmp_path, compose_config, capsys):
+def test_an_untranslated_legacy_reward_key_is_refused_naming_the_new_key(tmp_path, capsys):
     [command] = recipe_commands("qwen3_4b_cleaner", tmp_path)
-    assert compose_config.main([*command[3:], "+reward_model.reward_kwargs.overlong_buffer_cfg.len=1024"]) == 1
+    assert recipe_config.main([*command[3:], "+reward_model.reward_kwargs.overlong_buffer_cfg.len=1024"]) == 1
     error = capsys.readouterr().err
     assert "DRY_RUN: invalid config: TrainerConfigError" in error
     assert "reward_model.reward_kwargs.overlong_buffer_cfg.len -> reward.reward_kwargs.overlong_buffer_cfg.len" in error
 
 
-def test_dry_run_without_reward_kwargs(tmp_path, compose_config, capsys):
+def test_dry_run_without_reward_kwargs(tmp_path, capsys):
     """verl's schema has no reward_kwargs under custom_reward_function: a config without them must validate."""
     [command] = recipe_commands("qwen3_4b_dapo_tool", tmp_path)
     without = [arg for arg in command[3:] if not arg.startswith("+reward.custom_reward_function.reward_kwargs.")]
     assert len(without) == len(command) - 4
-    assert compose_config.main(without) == 0, capsys.readouterr().err
+    assert recipe_config.main(without) == 0, capsys.readouterr().err
     assert "DRY_RUN ok" in capsys.readouterr().out
 
 
-def test_user_overrides_are_translated_with_a_note_each(tmp_path, compose_config, capsys):
+def test_user_overrides_are_translated_with_a_note_each(tmp_path, capsys):
     recipe = ["+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True", "trainer.save_freq=10"]
     user = [
         "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=False",
@@ -421,7 +456,7 @@ def test_user_overrides_are_translated_with_a_note_each(tmp_path, compose_config
         "~trainer.logger",
         "trainer.test_freq=3",
     ]
-    translated, notes = compose_config.translate_overrides(recipe, user)
+    translated, notes = translate_overrides(recipe, user)
     assert translated == [
         "++actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=False",
         "++trainer.save_freq=5",

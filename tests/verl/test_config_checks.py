@@ -8,6 +8,10 @@ context. The real composed config of every recipe is checked in test_recipe_dry_
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
@@ -19,6 +23,7 @@ from cleaner.verl.config_checks import (
     current_reward_key,
     data_agent_problems,
     review_trainer_config,
+    uses_cleaner,
 )
 
 
@@ -181,3 +186,85 @@ def test_the_trainer_refuses_before_building_its_agent_loop_manager():
     config = trainer_config(algorithm={"rollout_correction": {"rollout_is": "sequence"}})
     with pytest.raises(TrainerConfigError, match="SAAR .* cannot train with algorithm.rollout_correction.rollout_is"):
         CleanerAgentLoopManager.create(config=config)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("rollback_probability", 1.5, "rollback_probability must be a number in [0, 1], got 1.5"),
+        ("max_tool_retries", -1, "max_tool_retries must be an integer >= 0"),
+        ("rollback_on_errors", ["NameError"], "rollback_on_errors: unknown category 'NameError'"),
+        ("rollback_is_threshold", 0, "rollback_is_threshold must be a number > 0"),
+        ("rollback_after_errors", 0, "rollback_after_errors must be an integer >= 1"),
+        ("rollback_is_correction", "yes", "rollback_is_correction must be true or false"),
+    ],
+)
+def test_a_bad_saar_value_is_a_problem_naming_its_key(key, value, message):
+    [problem] = problems(trainer_config(actor_rollout_ref={"rollout": {"multi_turn": {key: value}}}))
+    assert problem.startswith("actor_rollout_ref.rollout.multi_turn") and message in problem
+
+
+def test_bad_saar_value_with_negative_samples_is_reported_once_by_the_saar_check():
+    multi_turn = {"save_negative_samples": True, "rollback_probability": 2}
+    [problem] = problems(trainer_config(actor_rollout_ref={"rollout": {"multi_turn": multi_turn}}))
+    assert "rollback_probability must be a number in [0, 1], got 2" in problem
+
+
+PLAN_C = {
+    "actor_rollout_ref": {"rollout": {"calculate_log_probs": True, "multi_turn": {"rollback_is_correction": True}}}
+}
+
+
+def test_rollback_is_correction_lifts_the_guard_for_token_level_is_only():
+    token = {"algorithm": {"rollout_correction": {"rollout_is": "token"}}}
+    assert problems(trainer_config(**PLAN_C, **token)) == []
+    # without the key the guard stays
+    [problem] = problems(trainer_config(**token))
+    assert "cannot train with algorithm.rollout_correction.rollout_is=token" in problem
+    assert "rollback_is_correction=True" in problem  # and names the way out
+
+
+@pytest.mark.parametrize(
+    ("correction", "named"),
+    [
+        ({"rollout_is": None}, "set algorithm.rollout_correction.rollout_is=token (got None)"),
+        ({"rollout_is": "sequence"}, "set algorithm.rollout_correction.rollout_is=token (got sequence)"),
+        ({"rollout_is": "token", "rollout_rs": "seq_mean_k1"}, "rollout_rs=seq_mean_k1"),
+        ({"rollout_is": "token", "bypass_mode": True}, "bypass_mode=True"),
+    ],
+)
+def test_rollback_is_correction_still_refuses_everything_but_token_level_is(correction, named):
+    [problem] = problems(trainer_config(**PLAN_C, algorithm={"rollout_correction": correction}))
+    assert named in problem
+
+
+def test_only_configs_that_select_a_cleaner_piece_are_checked_at_trainer_start():
+    assert uses_cleaner(trainer_config(actor_rollout_ref={"rollout": {"agent": {"default_agent_loop": AGENT_NAME}}}))
+    assert uses_cleaner(
+        trainer_config(actor_rollout_ref={"rollout": {"multi_turn": {"_target_": "cleaner.verl.multi_turn_config.X"}}})
+    )
+    plain = OmegaConf.create({"actor_rollout_ref": {"rollout": {"multi_turn": {"enable": True}, "agent": {}}}})
+    assert not uses_cleaner(plain)
+
+
+@pytest.mark.slow
+def test_a_hand_started_main_ppo_with_a_bad_saar_value_fails_before_ray_starts_naming_the_key(tmp_path):
+    """The plugin's start check runs the config checks where main_ppo validates its config, in the driver."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VERL_USE_EXTERNAL")}
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        f"actor_rollout_ref.model.path={tmp_path}",
+        "actor_rollout_ref.rollout.multi_turn.enable=True",
+        "actor_rollout_ref.rollout.multi_turn._target_=cleaner.verl.multi_turn_config.SaarMultiTurnConfig",
+        "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True",
+        "+actor_rollout_ref.rollout.multi_turn.rollback_probability=1.5",
+    ]
+    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "TrainerConfigError: actor_rollout_ref.rollout.multi_turn: rollback_probability must be a number" in output
+    assert "ray init kwargs" not in output  # run_ppo prints it just before ray.init
