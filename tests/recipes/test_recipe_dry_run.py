@@ -255,13 +255,17 @@ def test_no_tool_baselines(dry_runs, name):
     assert all(path.endswith(".notool.parquet") for path in config["data"]["val_files"])
 
 
+AIME_GPQA = ["aime2024", "aime2025", "gpqa-diamond"]
+
+
+def validated_benchmarks(configs: list[dict]) -> list[str]:
+    """The benchmark each validation-only run of an evaluation script writes its dump for, in order."""
+    return [config["trainer"]["validation_data_dir"].rsplit("/", 1)[1] for config in configs]
+
+
 def test_eval_aime_gpqa_is_validation_only_with_test_time_saar(dry_runs):
     configs = dry_runs["eval_aime_gpqa"]
-    assert [c["trainer"]["validation_data_dir"].rsplit("/", 1)[1] for c in configs] == [
-        "aime2024",
-        "aime2025",
-        "gpqa-diamond",
-    ]
+    assert validated_benchmarks(configs) == AIME_GPQA
     for config in configs:
         rollout = config["actor_rollout_ref"]["rollout"]
         assert config["trainer"]["val_only"] is True
@@ -291,11 +295,7 @@ def test_per_model_evaluations_use_the_references_settings(dry_runs, name, saar,
     """The reference evaluated CLEANER-4B on AIME/GPQA with n=16, fp16 and test-time SAAR on; CLEANER-7B with n=32,
     bf16 and SAAR off; both with 4096 prompt tokens."""
     configs = dry_runs[name]
-    assert [c["trainer"]["validation_data_dir"].rsplit("/", 1)[1] for c in configs] == [
-        "aime2024",
-        "aime2025",
-        "gpqa-diamond",
-    ]
+    assert validated_benchmarks(configs) == AIME_GPQA
     for config in configs:
         rollout = config["actor_rollout_ref"]["rollout"]
         assert (rollout["multi_turn"]["enable_tool_rollback"], rollout["multi_turn"]["rollback_in_validation"]) == (
