@@ -209,3 +209,34 @@ async def test_rollback_after_two_errors_leaves_a_single_failure_exactly_as_with
     saar_off, _, _ = await run(qwen3_tokenizer, script, enable_tool_rollback=False)
     assert_same_tokens(output, saar_off)
     assert output.extra_fields["saar_rollbacks_triggered"] == 0
+
+
+async def test_an_append_after_failed_retries_keeps_the_whole_chain_as_without_saar(qwen3_tokenizer):
+    retry = turn("Try again.", "print(undefined_name)\n# outcome: exception NameError")
+    script = [FIRST, retry, turn("Now properly.", OTHER_FIX), ANSWER]
+    output, _, _ = await run(qwen3_tokenizer, script, prompt_logprob=-1.0, rollback_is_threshold=0.5)
+    saar_off, _, _ = await run(qwen3_tokenizer, script, enable_tool_rollback=False)
+    assert_same_tokens(output, saar_off)
+    f = output.extra_fields
+    assert (f["saar_retries_used"], f["saar_planb_appends"], f["saar_purified_errors"]) == (2, 1, 0)
+    assert f["saar_rollback_events"][0]["retries"] == 2
+
+
+def test_verl_builds_the_multi_turn_config_with_the_off_policy_keys():
+    """verl turns `multi_turn` into its dataclass in every process; the SAAR subclass must accept the new keys."""
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from cleaner.saar.config import SaarConfig
+    from cleaner.verl.multi_turn_config import MULTI_TURN_TARGET
+
+    keys = {
+        "rollback_is_threshold": 0.5,
+        "rollback_is_measure": True,
+        "rollback_is_correction": True,
+        "rollback_after_errors": 2,
+    }
+    built = omega_conf_to_dataclass(OmegaConf.create({"_target_": MULTI_TURN_TARGET, "enable": True, **keys}))
+    assert {key: getattr(built, key) for key in keys} == keys
+    config = SaarConfig.from_multi_turn(OmegaConf.create(keys))
+    assert (config.rollback_is_threshold, config.rollback_after_errors) == (0.5, 2)
