@@ -153,15 +153,22 @@ def client_from_args(args: argparse.Namespace):
 def print_summary(output: Path, problems: list, settings, result) -> None:
     """The summary table of this run's problems and modes (from the whole output file), then the run's counts."""
     from rich.console import Console
+    from rich.markdown import Markdown
 
     from cleaner.trajectory.store import read_records
     from cleaner.trajectory.summary import render_table, summarize
+
+    from .offpolicy import event_log_is, span_table
 
     console = Console()
     wanted = {problem.problem_id for problem in problems}
     records = [r for r in read_records(output) if r["problem_id"] in wanted and r["saar"] in settings.saar_modes]
     if records:
         console.print(render_table(summarize(records), title=f"rollout summary ({output})"))
+    scored = event_log_is(records)
+    if scored:  # --score-rollbacks: the log IS ratio of each splice, by kind
+        console.print(Markdown("Per rollback, log IS = Σ over its spliced tokens of log π(purified) − log π(sampled):"))
+        console.print(Markdown(span_table(scored)))
     for saar, wall in sorted(result.wall_s_per_mode.items()):
         console.print(f"SAAR {'on' if saar else 'off'}: {wall:.1f} s wall for this run's trajectories")
     console.print(f"{result.written} written, {result.skipped} already done (resumed), {len(result.failed)} failed")

@@ -203,7 +203,8 @@ def share_outside(log_is: list[float]) -> tuple[float, float]:
     return below / len(log_is), above / len(log_is)
 
 
-def _fmt(value: float) -> str:
+def format_log_ratio(value: float) -> str:
+    """Signed; three decimals below 10 in size, one above (whole spans reach -50)."""
     return f"{value:+.3f}" if abs(value) < 10 else f"{value:+.1f}"
 
 
@@ -221,8 +222,8 @@ def token_table(scored: list[ScoredTrajectory]) -> str:
     for name, values in rows:
         dist = Distribution.of(values)
         lines.append(
-            f"| {name} | {dist.n} | {_fmt(dist.mean)} | {_fmt(dist.p10)} | {_fmt(dist.p50)} | {_fmt(dist.p90)} | "
-            f"{_fmt(dist.low)} |"
+            f"| {name} | {dist.n} | {format_log_ratio(dist.mean)} | {format_log_ratio(dist.p10)} | {format_log_ratio(dist.p50)} | {format_log_ratio(dist.p90)} | "
+            f"{format_log_ratio(dist.low)} |"
         )
     return "\n".join(lines)
 
@@ -240,8 +241,8 @@ def span_table(log_is_by_kind: Mapping[str, list[float]]) -> str:
         dist = Distribution.of(values)
         below, above = share_outside(values)
         lines.append(
-            f"| {KIND_LABELS[kind]} | {dist.n} | {_fmt(dist.mean)} | {_fmt(dist.p10)} | {_fmt(dist.p50)} | "
-            f"{_fmt(dist.p90)} | {_fmt(dist.low)} … {_fmt(dist.high)} | {below:.0%} | {above:.0%} |"
+            f"| {KIND_LABELS[kind]} | {dist.n} | {format_log_ratio(dist.mean)} | {format_log_ratio(dist.p10)} | {format_log_ratio(dist.p50)} | "
+            f"{format_log_ratio(dist.p90)} | {format_log_ratio(dist.low)} … {format_log_ratio(dist.high)} | {below:.0%} | {above:.0%} |"
         )
     return "\n".join(lines)
 

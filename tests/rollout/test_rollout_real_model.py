@@ -68,6 +68,24 @@ def test_server_cpu_time_counts_the_model_work(llama_server):
     assert llama_server.cpu_seconds() > before
 
 
+async def test_forced_scoring_returns_the_sampled_log_probs_of_a_real_generation(llama_url):
+    """The premise of `make demo`'s off-policy scoring: forcing a token reports the log-prob it was sampled with."""
+    from cleaner.rollout.client_config import ServerClientConfig
+    from cleaner.rollout.clients import make_client
+    from cleaner.rollout.forced_scoring import ForcedScorer
+
+    prompt = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
+    client = make_client(ServerClientConfig(backend="llamacpp", url=llama_url, max_new_tokens=24, seed=3))
+    try:
+        sampled = await client.generate("r", prompt_ids=prompt, sampling_params={"temperature": 1.0, "top_p": 1.0})
+    finally:
+        await client.aclose()
+    sequence = prompt + sampled.token_ids
+    scored = await ForcedScorer(llama_url)(sequence, list(range(len(prompt), len(sequence))))
+    # Same context, same weights: d = 0 up to the engine's numerics (temperature-1 log-probs on both sides).
+    assert scored == pytest.approx(sampled.log_probs, abs=0.02)
+
+
 def test_derived_tokenizer_matches_the_llama_cpp_server(gguf, llama_url):
     import httpx
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cleaner.cli import build_parser
-from cleaner.rollout.cli import check_scoring, settings_from_args
+from cleaner.rollout.cli import check_scoring, print_summary, settings_from_args
 from cleaner.rollout.driver import trainer_overrides
+from cleaner.rollout.offpolicy import format_log_ratio
 
 MEASURE = "+actor_rollout_ref.rollout.multi_turn.rollback_is_measure=true"
 
@@ -71,7 +72,7 @@ def scripted_vllm(scripted):
     return answer
 
 
-async def test_scored_rollbacks_land_in_the_record(tmp_path, judge_url, qwen3_tokenizer):
+async def test_scored_rollbacks_land_in_the_record(tmp_path, judge_url, qwen3_tokenizer, capsys):
     from fake_inference_server import FakeInferenceServer
 
     from cleaner.rewards import compute_score
@@ -116,3 +117,7 @@ async def test_scored_rollbacks_land_in_the_record(tmp_path, judge_url, qwen3_to
     assert record["saar_is_scored"] == 1 and event["is_decision"] is None  # measured, no gate: always replaced
     scoring = [body for _, body in server.requests if "prompt_logprobs" in body]
     assert scoring and all(body["prompt_logprobs"] == 0 and body["max_tokens"] == 1 for body in scoring)
+    # The end-of-run summary prints the per-rollback log IS table.
+    print_summary(tmp_path / "out.jsonl", [problem], settings, result)
+    row = next(line for line in capsys.readouterr().out.splitlines() if event["mode"] in line and "100%" in line)
+    assert format_log_ratio(event["log_is_ratio"]) in row
