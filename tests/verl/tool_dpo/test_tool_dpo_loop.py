@@ -8,6 +8,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from cleaner.saar.negatives import NEGATIVE_FIELD_KEYS, read_sample_links
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl.agent_loop import CleanerToolAgentLoop
+from support.saar_script import ANSWER, FAILED, OTHER_FIX, SIMILAR_FIX, turn
 from support.scripted_llm import (
     ScriptedLLMServer,
     agent_loop_config,
@@ -21,17 +22,9 @@ from support.scripted_llm import (
 
 MARKER = "PROBLEM-NEG"
 PROMPT = [{"role": "user", "content": f"{MARKER}: compute two totals with Python."}]
-FAILED = "total = sum(range(1, 11))\nprint(totl)\n# outcome: exception NameError"
-SIMILAR_FIX = "total = sum(range(1, 11))\nprint(total)"
-OTHER_FIX = "acc = 0\nfor k in range(11):\n    acc += k\nacc"
 FAILED_2 = "x = [1, 2\nprint(x)\n# outcome: syntax_error"
 FIX_2 = "x = [1, 2]\nprint(x)"
-ANSWER = "<think>\nDone.\n</think>\n\nThe total is \\boxed{55}."
 NEGATIVES = {"save_negative_samples": True, "max_negative_samples_per_group": 1}
-
-
-def turn(reasoning: str, code: str) -> str:
-    return f"<think>\n{reasoning}\n</think>\n\nLet me run it.\n" + tool_call_text(code)
 
 
 async def run(tokenizer, script, sampling=training_sampling_params, **multi_turn):
