@@ -150,9 +150,11 @@ def plan(position_specs: list[Position], retries: int):
     return script, conversation, hidden, expected
 
 
-async def run_script(tokenizer, script, retries):
-    config = agent_loop_config(enable_tool_rollback=True, max_tool_retries=retries, max_tool_response_length=4096)
-    server = ScriptedLLMServer(tokenizer, {MARKER: script})
+async def run_script(tokenizer, script, retries, prompt_logprob=None, **multi_turn):
+    config = agent_loop_config(
+        **{"enable_tool_rollback": True, "max_tool_retries": retries, "max_tool_response_length": 4096, **multi_turn}
+    )
+    server = ScriptedLLMServer(tokenizer, {MARKER: script}, prompt_logprob=prompt_logprob)
     tool = scripted_python_tool()
     loop = build_agent_loop(CleanerToolAgentLoop, config, server, tokenizer, [tool])
     output = await loop.run(
@@ -197,3 +199,28 @@ def test_random_trajectories_are_purified_exactly(qwen3_tokenizer, position_spec
     assert all(output.response_mask[i] == 1 for start, end, _, _ in spans for i in range(start, end))
     assert {kind for _, _, _, kind in spans} <= {"shallow", "deep", "exhausted"}
     assert fields["saar_response_tokens"] == len(output.response_ids)
+
+
+TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "num_turns")
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(position_specs=st.lists(positions, min_size=1, max_size=3), decision=st.sampled_from(["append", "replace"]))
+def test_the_is_gate_gives_the_saar_off_or_the_ungated_trajectory(qwen3_tokenizer, position_specs, decision):
+    """K = 4 covers every scripted failure count and `all` keeps unrecovered chains, so a gate that always
+    appends must give exactly the SAAR-off trajectory, and one that always replaces exactly the ungated one."""
+    script, _, _, _ = plan(position_specs, retries=4)
+    settings_ = {"rollback_exhausted_keep": "all"}
+    # -50 per token in the purified context: IS far below 1; 0.0 per token: IS above 1e-9
+    gate = {"rollback_is_threshold": 1.0 if decision == "append" else 1e-9}
+    logprob = -50.0 if decision == "append" else 0.0
+    gated, _, _, _ = asyncio.run(run_script(qwen3_tokenizer, script, 4, logprob, **settings_, **gate))
+    reference_settings = {"enable_tool_rollback": False} if decision == "append" else {}
+    reference, _, _, _ = asyncio.run(run_script(qwen3_tokenizer, script, 4, **settings_, **reference_settings))
+    for name in TOKEN_FIELDS:
+        assert getattr(gated, name) == getattr(reference, name), name
+    fields = gated.extra_fields
+    recovered = fields["saar_rollbacks_recovered"]
+    assert fields["saar_planb_appends" if decision == "append" else "saar_planb_replaces"] == recovered
+    assert fields["saar_is_scored"] == recovered
+    assert recovered == fields["saar_rollbacks_shallow"] + fields["saar_rollbacks_deep"] + fields["saar_planb_appends"]
