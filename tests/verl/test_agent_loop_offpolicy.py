@@ -240,3 +240,29 @@ def test_verl_builds_the_multi_turn_config_with_the_off_policy_keys():
     assert {key: getattr(built, key) for key in keys} == keys
     config = SaarConfig.from_multi_turn(OmegaConf.create(keys))
     assert (config.rollback_is_threshold, config.rollback_after_errors) == (0.5, 2)
+
+
+async def test_the_trajectory_record_carries_the_scores_and_the_span_kinds(qwen3_tokenizer):
+    """What `cleaner rollout` writes (cleaner.trajectory.record): each event's IS fields, each piece's splice kind."""
+    from types import SimpleNamespace
+
+    from cleaner.trajectory.record import CallTiming, build_record
+
+    output, _, _ = await run(qwen3_tokenizer, SHALLOW, prompt_logprob=0.0, rollback_is_threshold=1.0)
+    record = build_record(
+        problem=SimpleNamespace(problem_id="p", data_source="math", ground_truth="55"),
+        sample=0,
+        saar=True,
+        seed=0,
+        output=output,
+        tokenizer=qwen3_tokenizer,
+        reward={"score": 1.0},
+        timing=CallTiming(generate_calls=3, generated_tokens=0, generate_s=0.0),
+        latency_s=0.0,
+    )
+    [event] = record["saar_rollback_events"]
+    assert event["is_decision"] == "replace" and event["log_is_ratio"] > 0 and event["is_tokens"] > 0
+    assert record["saar_planb_replaces"] == 1
+    spliced = [piece for piece in record["pieces"] if piece["spliced_attempt"] is not None]
+    assert [(piece["spliced_attempt"], piece["spliced_kind"]) for piece in spliced] == [(1, "shallow")]
+    assert spliced[0]["text"] == turn("", SIMILAR_FIX).split("</think>\n\n")[1] + "<|im_end|>"
