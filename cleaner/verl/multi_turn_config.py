@@ -3,8 +3,8 @@
 verl 0.9.1 turns `actor_rollout_ref.rollout.multi_turn` into its `MultiTurnConfig` dataclass in every process
 and rejects unknown keys. This subclass lets the reference recipes' overrides
 (`+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True`, ...) pass that conversion. Select it with
-`actor_rollout_ref.rollout.multi_turn._target_=cleaner.verl.multi_turn_config.SaarMultiTurnConfig`
-(`cleaner.plugin.SaarMultiTurnConfig` names the same class).
+`actor_rollout_ref.rollout.multi_turn._target_=cleaner.verl.multi_turn_config.SaarMultiTurnConfig`.
+Its fields are `cleaner.saar.config.CONFIG_KEYS`, so every SAAR key (the off-policy ones included) is accepted.
 """
 
 from __future__ import annotations
