@@ -3,7 +3,8 @@
 verl constructs the manager in the trainer's own process, with `Manager.create(config=..., ...)`, in both
 the legacy and the v1 trainer (one config key for both, though each needs a different base class). So
 `CleanerAgentLoopManager.create` is the opt-in point that
-- installs the trainer hooks that log `rollback/*` and `tool_calls/*` (cleaner.verl.trainer_metrics),
+- installs the trainer hooks that log `rollback/*` and `tool_calls/*` (cleaner.verl.trainer_metrics) and keep
+  trajectories without trained tokens out of group-relative advantages (cleaner.verl.group_statistics),
 - checks that the cleaner agent loop is registered, raising `PluginError` with the cause if not,
 - returns verl's own manager for the running trainer, with agent-loop workers that repeat that
   check in their own (Ray actor) process before running any trajectory.
@@ -25,7 +26,7 @@ from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
-from cleaner.verl import trainer_metrics
+from cleaner.verl import group_statistics, trainer_metrics
 from cleaner.verl.config_checks import check_trainer_config
 from cleaner.verl.plugin import require_registered
 from cleaner.verl.tool_dpo import hooks as tool_dpo_hooks
@@ -90,6 +91,7 @@ class CleanerAgentLoopManager:
         require_registered()
         trainer_metrics.install()
         tool_dpo_hooks.install()  # hands the tool-DPO estimators old log-probs and pairs (docs/negative-samples.md)
+        group_statistics.install()  # trajectories without trained tokens stay out of group mean/std (GRPO, ...)
         use_v1 = bool(config.trainer.get("use_v1", True))
         manager_class = _TransferQueueManager if use_v1 else _LegacyManager
         logger.info("cleaner: agent-loop manager %s (trainer.use_v1=%s)", manager_class.__qualname__, use_v1)

@@ -32,6 +32,7 @@ PLUGIN_MODULE = "cleaner.verl.plugin"
 AGENT_LOOP_MODULE = "cleaner.verl.agent_loop"
 # Registers the `cleaner_lenient*` tool-call parsers, so `multi_turn.format` can name them without our tool.
 TOOL_PARSER_MODULE = "cleaner.verl.tool_parser"
+START_CHECK_MODULE = "cleaner.verl.start_check"
 AGENT_LOOP_TARGET = f"{AGENT_LOOP_MODULE}.CleanerToolAgentLoop"
 ENTRY_POINT_GROUP = "verl.plugins"
 ENTRY_POINT_NAME = "cleaner"
@@ -44,8 +45,9 @@ class PluginError(RuntimeError):
 
 def register() -> None:
     """Import the agent loop and the tool parsers, whose decorators add them to verl's registries."""
-    # The last one registers the tool-DPO advantage estimators (docs/negative-samples.md).
-    for module in (AGENT_LOOP_MODULE, TOOL_PARSER_MODULE, "cleaner.verl.tool_dpo.estimator"):
+    # Then the tool-DPO advantage estimators (docs/negative-samples.md), and the start-up check that runs the config
+    # checks where main_ppo validates its config, before any worker starts (cleaner.verl.start_check).
+    for module in (AGENT_LOOP_MODULE, TOOL_PARSER_MODULE, "cleaner.verl.tool_dpo.estimator", START_CHECK_MODULE):
         _import_loudly(module)
 
 

@@ -201,7 +201,7 @@ def _estimate(
         raise ToolDpoError(
             f"algorithm.adv_estimator={name} needs the old log-probs and the negative-sample links, which only the "
             "cleaner trainer hook passes: set actor_rollout_ref.rollout.agent.agent_loop_manager_class="
-            "cleaner.agent_loop_manager.CleanerAgentLoopManager and trainer.use_v1=True"
+            "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager and trainer.use_v1=True"
         )
     config = config or {}
     advantages, stats = tool_dpo_advantages(
