@@ -10,6 +10,8 @@ policy rolls back. See docs/saar.md for the rules; in short, when SAAR is active
 - When a retry's round succeeds, the stream, masks, log-probs and messages are cut back to just
   before the failed turn and the replacement is spliced in (shallow: old reasoning + new call;
   deep: the whole new turn); the purified turn must parse to the calls that ran, else it is made deep.
+- With `rollback_is_threshold` (or `rollback_is_measure`) the splice is first scored in its purified context
+  through the server's prompt log-probs; below the threshold nothing is cut (append: the SAAR-off trajectory).
 - A position that ends unrecovered keeps only its last attempt (`rollback_exhausted_keep: last`).
 - Infrastructure errors are never rolled back; they are counted and mark the trajectory.
 With SAAR inactive (disabled, gated off, or validation) verl's own methods run unchanged; only the
@@ -492,11 +494,12 @@ class CleanerToolAgentLoop(ToolAgentLoop):
 
     async def _prompt_logprobs(self, agent_data: AgentData, ids: list[int]) -> list[float]:
         """Per-token log-probs of `ids` from the trajectory's own server (same request id, so the same replica)."""
-        output = await self.server_manager.generate(
-            request_id=agent_data.request_id,
-            prompt_ids=list(ids),
-            sampling_params=offpolicy.scoring_params(self._sampling_params),
-        )
+        with simple_timer("generate_sequences", agent_data.metrics):  # inference time, like the generations
+            output = await self.server_manager.generate(
+                request_id=agent_data.request_id,
+                prompt_ids=list(ids),
+                sampling_params=offpolicy.scoring_params(self._sampling_params),
+            )
         try:
             return offpolicy.prompt_token_logprobs(output.extra_fields, len(ids))
         except offpolicy.PromptLogprobsError as error:
