@@ -104,6 +104,18 @@ async def test_upstreams_sleep_for_the_whole_default_limit_times_out_on_run_and_
     assert [v["stdout"].strip() for v in verdicts[::2]] == ["Suicide from timeout."] * 2
 
 
+def test_upstreams_program_leaving_a_process_running_waits_for_it_as_cpython_does(client):
+    """Upstream's own test: the interpreter joins a non-daemon `multiprocessing.Process` at exit, so the run ends at
+    the time limit."""
+    source = (
+        "from time import sleep\nfrom multiprocessing import Process\n\n"
+        "def worker():\n    sleep(100)\n\n"
+        "p = Process(target=worker)\np.start()\nsleep(1)\nprint('main done')\n"
+    )
+    verdict = client.post("/judge", json={"type": "python", "solution": source, "expected_output": "a"}).json()
+    assert (verdict["success"], verdict["run_success"], verdict["reason"]) == (False, False, "worker_timeout")
+
+
 def test_long_output_is_cut_and_flagged(client):
     verdict = client.post("/run", json={"type": "python", "solution": "print('x' * 5000)"}).json()
     assert verdict["stdout"] == "x" * 1000 and verdict["truncated"] is True and verdict["success"] is True

@@ -266,5 +266,8 @@ def own_children() -> list[int]:
 def children_of(pid: int) -> list[int]:
     children = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        children += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        try:
+            children += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except FileNotFoundError:
+            pass  # a thread that ended after the listing
     return children

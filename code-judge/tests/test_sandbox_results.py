@@ -142,6 +142,28 @@ def test_non_daemon_threads_finish_before_exit(sandbox):
     assert result.stdout == "thread done\n"
 
 
+def test_a_program_ends_as_in_cpython_atexit_callbacks_run_and_multiprocessing_children_are_joined(sandbox):
+    after_an_exception = run(sandbox, "import atexit\natexit.register(print, 'atexit ran')\nraise ValueError('x')")
+    assert after_an_exception.stdout == "atexit ran\n"
+    assert (after_an_exception.exception_type, after_an_exception.exit_code) == ("ValueError", 1)
+    child_outlives_main = run(
+        sandbox,
+        """
+        import time
+        from multiprocessing import Process
+
+        def work():
+            time.sleep(0.5)
+            print("child done", flush=True)
+
+        if __name__ == "__main__":
+            Process(target=work).start()
+            print("main done", flush=True)
+        """,
+    )
+    assert child_outlives_main.stdout == "main done\nchild done\n" and child_outlives_main.run_success
+
+
 def test_text_that_is_not_valid_utf8_is_the_programs_problem_not_the_sandboxs(sandbox):
     broken_source = run(sandbox, "print('\ud800')")
     assert broken_source.exception_type == "SyntaxError"

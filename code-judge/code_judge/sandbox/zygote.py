@@ -13,6 +13,7 @@ child itself, so a program can misreport its own exception, just as it can raise
 """
 
 import _signal
+import atexit
 import ctypes
 import gc
 import importlib
@@ -559,14 +560,26 @@ def execute(source: bytes, path: str, report_fd: int) -> int:
     try:
         code = compile(source, path, "exec", dont_inherit=True)
         exec(code, main.__dict__)
-        join_foreground_threads()
         status = 0
     except SystemExit as exit_request:
         status = exit_status(exit_request)
     except BaseException as error:  # noqa: BLE001 - any uncaught exception is the program's result
         report_exception(error, path, report_fd)
         status = 1
+    finish_like_the_interpreter()
     return flush_streams(status)
+
+
+def finish_like_the_interpreter() -> None:
+    """What CPython does when a program ends, however it ended, and os._exit would skip.
+
+    It waits for non-daemon threads, then runs the atexit callbacks, among them the one with which
+    `multiprocessing` joins the non-daemon processes the program started.
+    """
+    join_foreground_threads()
+    if atexit._ncallbacks():
+        # Prints and ignores an exception of a callback, as the interpreter does.
+        atexit._run_exitfuncs()
 
 
 def join_foreground_threads() -> None:
