@@ -266,3 +266,17 @@ async def test_the_trajectory_record_carries_the_scores_and_the_span_kinds(qwen3
     spliced = [piece for piece in record["pieces"] if piece["spliced_attempt"] is not None]
     assert [(piece["spliced_attempt"], piece["spliced_kind"]) for piece in spliced] == [(1, "shallow")]
     assert spliced[0]["text"] == turn("", SIMILAR_FIX).split("</think>\n\n")[1] + "<|im_end|>"
+
+
+@pytest.mark.parametrize(("prompt_logprob", "negatives"), [(-1.0, 0), (0.0, 1)], ids=["append", "replace"])
+async def test_only_a_replaced_failure_becomes_a_negative_sample(qwen3_tokenizer, prompt_logprob, negatives):
+    """save_negative_samples: an appended failure stays in the trajectory, so it is no negative sample."""
+    outputs, _, _ = await run(
+        qwen3_tokenizer,
+        SHALLOW,
+        prompt_logprob=prompt_logprob,
+        rollback_is_threshold=1.0,
+        save_negative_samples=True,
+        max_negative_samples_per_group=1,
+    )
+    assert len(outputs) == negatives + 1  # the negatives, then the trajectory itself
