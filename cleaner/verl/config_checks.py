@@ -104,6 +104,24 @@ def _multi_turn(config: DictConfig) -> Any:
     return OmegaConf.select(config, MULTI_TURN) or {}
 
 
+def overlong_buffer(config: DictConfig) -> list[str]:
+    """verl's DAPO reward manager asserts these in every reward worker, minutes into a run; say so at start."""
+    buffer = OmegaConf.select(config, "reward.reward_kwargs.overlong_buffer_cfg")
+    if not buffer or not buffer.get("enable"):
+        return []
+    length, max_length = buffer.get("len"), OmegaConf.select(config, "reward.reward_kwargs.max_resp_len")
+    prefix = "reward.reward_kwargs"
+    if max_length is None:
+        return [f"{prefix}.overlong_buffer_cfg.enable=True needs {prefix}.max_resp_len (the response length)"]
+    if not isinstance(length, int) or length <= 0 or length > max_length:
+        return [
+            f"{prefix}.overlong_buffer_cfg.len={length} must be a positive integer no larger than "
+            f"{prefix}.max_resp_len={max_length} (verl's DAPO reward manager refuses it in every reward worker); "
+            "with a short MAX_RESPONSE_LENGTH set OVERLONG_BUFFER_LEN below it"
+        ]
+    return []
+
+
 def saar_enabled(config: DictConfig) -> bool:
     multi_turn = _multi_turn(config)
     return bool(multi_turn.get("enable")) and bool(multi_turn.get("enable_tool_rollback"))
@@ -174,6 +192,7 @@ def saar_log_prob_handling(config: DictConfig) -> list[str]:
 CONFIG_CHECKS: list[ConfigCheck] = [
     legacy_reward_keys,
     reference_trainer_keys,
+    overlong_buffer,
     saar_settings,
     saar_log_prob_handling,
     tool_dpo_problems,  # negative samples and the tool-DPO estimators (docs/negative-samples.md)

@@ -50,6 +50,7 @@ CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "qwen3_4b_cleaner_is_gate": ("qwen3_4b_cleaner_is_gate.sh", {}, []),
     "qwen3_4b_cleaner_is_correction": ("qwen3_4b_cleaner_is_correction.sh", {}, []),
     "qwen3_4b_cleaner_one_tolerance": ("qwen3_4b_cleaner_one_tolerance.sh", {}, []),
+    "short_responses": ("qwen3_4b_cleaner.sh", {"MAX_RESPONSE_LENGTH": "1024"}, []),
     "token_is_without_correction": ("qwen3_4b_cleaner.sh", {"ROLLOUT_IS": "token", "CALCULATE_LOG_PROBS": "True"}, []),
     "qwen3_4b_dapo_tool": ("qwen3_4b_dapo_tool.sh", {}, []),
     "qwen2.5_7b_dapo_tool": ("qwen2.5_7b_dapo_tool.sh", {}, []),
@@ -226,6 +227,13 @@ def test_token_level_rollout_is_with_saar_is_refused_without_the_correction_key(
         error
     )
     assert "rollback_is_correction=True" in str(error)
+
+
+def test_an_overlong_buffer_longer_than_the_responses_is_refused_by_name(dry_runs):
+    [error] = dry_runs["short_responses"]
+    assert "reward.reward_kwargs.overlong_buffer_cfg.len=4096 must be" in str(error) and "OVERLONG_BUFFER_LEN" in str(
+        error
+    )
 
 
 def test_one_tolerance_recipe(dry_runs):

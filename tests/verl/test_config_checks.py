@@ -268,3 +268,23 @@ def test_a_hand_started_main_ppo_with_a_bad_saar_value_fails_before_ray_starts_n
     assert result.returncode != 0
     assert "TrainerConfigError: actor_rollout_ref.rollout.multi_turn: rollback_probability must be a number" in output
     assert "ray init kwargs" not in output  # run_ppo prints it just before ray.init
+
+
+@pytest.mark.parametrize(
+    ("reward_kwargs", "named"),
+    [
+        ({"overlong_buffer_cfg": {"enable": True, "len": 4096}, "max_resp_len": 512}, "len=4096 must be"),
+        ({"overlong_buffer_cfg": {"enable": True, "len": 0}, "max_resp_len": 512}, "len=0 must be a positive"),
+        ({"overlong_buffer_cfg": {"enable": True, "len": 128}}, "needs reward.reward_kwargs.max_resp_len"),
+    ],
+)
+def test_an_overlong_buffer_verls_dapo_manager_would_refuse_is_a_problem_at_start(reward_kwargs, named):
+    [problem] = problems(trainer_config(reward={"reward_kwargs": reward_kwargs}))
+    assert problem.startswith("reward.reward_kwargs") and named in problem
+
+
+def test_an_overlong_buffer_that_fits_or_is_off_passes():
+    fits = {"overlong_buffer_cfg": {"enable": True, "len": 128}, "max_resp_len": 512}
+    off = {"overlong_buffer_cfg": {"enable": False, "len": 4096}, "max_resp_len": 512}
+    assert problems(trainer_config(reward={"reward_kwargs": fits})) == []
+    assert problems(trainer_config(reward={"reward_kwargs": off})) == []
