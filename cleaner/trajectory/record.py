@@ -7,7 +7,8 @@ from typing import Any
 
 from cleaner.saar.stats import EXTRA_FIELD_KEYS, PREFIX
 
-RECORD_VERSION = 1
+# 2: spliced spans are [start, end, attempt, kind] and rollback events carry log_is_ratio / is_tokens / is_decision.
+RECORD_VERSION = 2
 
 
 def trajectory_key(problem_id: str, sample: int, saar: bool) -> str:
