@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -26,18 +25,15 @@ from cleaner.verl.agent_loop_manager import CleanerAgentLoopWorker, _LegacyManag
 from cleaner.verl.multi_turn_config import MULTI_TURN_TARGET
 from cleaner.verl.saar_metrics import aggregate_saar_metrics, rows_from_columns
 from cleaner.verl.trainer_config import compose_trainer_config
-from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool, tool_call_text
+from support.saar_script import turn
+from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool
+from support.worker import LLMClient, write_model_dir
 
 pytestmark = pytest.mark.slow  # builds verl's agent-loop workers and trainer config: seconds per module
 
 MAX_TOOL_RETRIES = 2
 
 ANSWER = "<think>\nDone.\n</think>\n\nThe answer is \\boxed{55}."
-
-
-def turn(reasoning: str, code: str | None = None) -> str:
-    text = f"<think>\n{reasoning}\n</think>\n\n"
-    return text + tool_call_text(code) if code is not None else text
 
 
 FAILED = "total = sum(range(1, 11))\nprint(totl)\n# outcome: exception NameError"
@@ -76,21 +72,7 @@ COUNTERS = (
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, qwen3_tokenizer) -> Path:
-    """What HFModelConfig needs from `actor_rollout_ref.model.path`: tokenizer files and a one-architecture config."""
-    from transformers import Qwen3Config
-
-    path = tmp_path_factory.mktemp("qwen3-tiny")
-    qwen3_tokenizer.save_pretrained(path)
-    Qwen3Config(
-        vocab_size=len(qwen3_tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        architectures=["Qwen3ForCausalLM"],
-    ).save_pretrained(path)
-    return path
+    return write_model_dir(tmp_path_factory.mktemp("qwen3-tiny"), qwen3_tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -131,20 +113,6 @@ def trainer_config(model_dir, tmp_path_factory):
             "trainer.use_v1=false",
         ],
     )
-
-
-class LLMClient:
-    """Plain-object front for the scripted server, like verl's real client.
-
-    The worker passes its client through `hydra.utils.instantiate(..., server_manager=client)`, which would
-    try to turn a dataclass (ScriptedLLMServer is one) into config nodes.
-    """
-
-    def __init__(self, server: ScriptedLLMServer):
-        self.server = server
-
-    async def generate(self, request_id: str, **kwargs: Any):
-        return await self.server.generate(request_id, **kwargs)
 
 
 class WorkerHandle:

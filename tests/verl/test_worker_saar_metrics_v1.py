@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import transfer_queue
-from test_worker_saar_metrics import EXPECTED_TRAINING, SCRIPTS, LLMClient, model_dir, trainer_config  # noqa: F401
+from test_worker_saar_metrics import EXPECTED_TRAINING, SCRIPTS, model_dir, trainer_config  # noqa: F401
 from transfer_queue.metadata import KVBatchMeta
 from verl.utils import tensordict_utils as tu
 
@@ -25,6 +25,7 @@ from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl import trainer_metrics
 from cleaner.verl.agent_loop_manager import CleanerAgentLoopWorkerTQ
 from support.scripted_llm import ScriptedLLMServer
+from support.worker import LLMClient
 
 # verl agent-loop workers and the trainer's metric code, seconds per module
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]

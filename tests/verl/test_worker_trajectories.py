@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +22,9 @@ from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl.agent_loop_manager import CleanerAgentLoopWorker, _LegacyManager
 from cleaner.verl.multi_turn_config import MULTI_TURN_TARGET
 from cleaner.verl.trainer_config import compose_trainer_config
-from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool, tool_call_text
+from support.saar_script import turn
+from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool
+from support.worker import LLMClient, write_model_dir
 
 pytestmark = pytest.mark.slow  # builds verl's agent-loop workers: seconds per test
 
@@ -31,11 +32,6 @@ ANSWER = "<think>\nDone.\n</think>\n\nThe answer is \\boxed{55}."
 # What verl's workers put in sampling params (plus the tool parser's stop ids): anything else is an unknown key
 # that SGLang's and vLLM's SamplingParams(**params) reject.
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "repetition_penalty", "logprobs", "stop_token_ids"}
-
-
-def turn(reasoning: str, code: str | None = None) -> str:
-    text = f"<think>\n{reasoning}\n</think>\n\n"
-    return text + tool_call_text(code) if code is not None else text
 
 
 SCRIPTS = {
@@ -50,20 +46,7 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, qwen3_tokenizer) -> Path:
-    from transformers import Qwen3Config
-
-    path = tmp_path_factory.mktemp("qwen3-tiny")
-    qwen3_tokenizer.save_pretrained(path)
-    Qwen3Config(
-        vocab_size=len(qwen3_tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        architectures=["Qwen3ForCausalLM"],
-    ).save_pretrained(path)
-    return path
+    return write_model_dir(tmp_path_factory.mktemp("qwen3-tiny"), qwen3_tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +76,6 @@ def worker_config(model_dir: Path, tool_config: Path, *multi_turn: str):
             "trainer.use_v1=false",
         ],
     )
-
-
-class LLMClient:
-    """Plain-object front for the scripted server (hydra would turn a dataclass client into config nodes)."""
-
-    def __init__(self, server: ScriptedLLMServer):
-        self.server = server
-
-    async def generate(self, request_id: str, **kwargs: Any):
-        return await self.server.generate(request_id, **kwargs)
 
 
 def make_worker(config, tokenizer) -> tuple[CleanerAgentLoopWorker, ScriptedLLMServer]:
