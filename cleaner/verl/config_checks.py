@@ -104,6 +104,27 @@ def _multi_turn(config: DictConfig) -> Any:
     return OmegaConf.select(config, MULTI_TURN) or {}
 
 
+# Public paths that were retired, and the one path each class has now.
+RETIRED_PATHS = {
+    "cleaner.plugin.SaarMultiTurnConfig": "cleaner.verl.multi_turn_config.SaarMultiTurnConfig",
+    "cleaner.agent_loop_manager.CleanerAgentLoopManager": "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager",
+}
+_CLASS_KEYS = (
+    "actor_rollout_ref.rollout.multi_turn._target_",
+    "actor_rollout_ref.rollout.agent.agent_loop_manager_class",
+)
+
+
+def retired_paths(config: DictConfig) -> list[str]:
+    """A class named by a retired path: Hydra would report only "Error locating target" from inside a worker."""
+    problems = []
+    for key in _CLASS_KEYS:
+        value = OmegaConf.select(config, key)
+        if value in RETIRED_PATHS:
+            problems.append(f"{key}={value} is a retired path: write {key}={RETIRED_PATHS[value]}")
+    return problems
+
+
 def overlong_buffer(config: DictConfig) -> list[str]:
     """verl's DAPO reward manager asserts these in every reward worker, minutes into a run; say so at start."""
     buffer = OmegaConf.select(config, "reward.reward_kwargs.overlong_buffer_cfg")
@@ -192,6 +213,7 @@ def saar_log_prob_handling(config: DictConfig) -> list[str]:
 CONFIG_CHECKS: list[ConfigCheck] = [
     legacy_reward_keys,
     reference_trainer_keys,
+    retired_paths,
     overlong_buffer,
     saar_settings,
     saar_log_prob_handling,

@@ -51,11 +51,15 @@ def validate(config: DictConfig) -> list[str]:
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     OmegaConf.resolve(OmegaConf.create(OmegaConf.to_container(config)))  # every interpolation resolves
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    omega_conf_to_dataclass(config.actor_rollout_ref.rollout)  # what the rollout workers build at start-up
+    # cleaner's checks first: they name the key where verl's would only fail to build a class.
     report = review_trainer_config(config, read_data=False)
     if report.problems:
         raise TrainerConfigError("\n".join(report.problems))
+    # verl's own validation; `import verl` has wrapped it with the checks above (cleaner.verl.start_check), which
+    # here must not read the data files: DRY_RUN reports those problems as warnings.
+    verl_validate = getattr(validate_config, "__wrapped__", validate_config)
+    verl_validate(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    omega_conf_to_dataclass(config.actor_rollout_ref.rollout)  # what the rollout workers build at start-up
     _validate_reward(config)
     if config.actor_rollout_ref.rollout.multi_turn.enable:
         _validate_tools(config)

@@ -288,3 +288,22 @@ def test_an_overlong_buffer_that_fits_or_is_off_passes():
     off = {"overlong_buffer_cfg": {"enable": False, "len": 4096}, "max_resp_len": 512}
     assert problems(trainer_config(reward={"reward_kwargs": fits})) == []
     assert problems(trainer_config(reward={"reward_kwargs": off})) == []
+
+
+def test_a_retired_class_path_is_refused_naming_the_current_one():
+    config = trainer_config(
+        actor_rollout_ref={
+            "rollout": {
+                "multi_turn": {"_target_": "cleaner.plugin.SaarMultiTurnConfig"},
+                "agent": {"agent_loop_manager_class": "cleaner.agent_loop_manager.CleanerAgentLoopManager"},
+            }
+        }
+    )
+    found = problems(config)
+    assert found == [
+        "actor_rollout_ref.rollout.multi_turn._target_=cleaner.plugin.SaarMultiTurnConfig is a retired path: write "
+        "actor_rollout_ref.rollout.multi_turn._target_=cleaner.verl.multi_turn_config.SaarMultiTurnConfig",
+        "actor_rollout_ref.rollout.agent.agent_loop_manager_class=cleaner.agent_loop_manager.CleanerAgentLoopManager "
+        "is a retired path: write actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+        "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager",
+    ]
