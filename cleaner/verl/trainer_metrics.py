@@ -1,5 +1,7 @@
-"""Put the rollback/* and tool_calls/* metrics into what verl's trainers log, for training and validation,
-and `critic/score/acc` (the share of fully correct trajectories, as the reference logs it) for training.
+"""Put the rollback/* and tool_calls/* metrics into what verl's trainers log, for training and validation;
+for training also `critic/score/acc` (the share of fully correct trajectories, as the reference logs it; negative
+samples are not trajectories) and, with rollout log-probs on, `rollback/offpolicy/*`
+(cleaner.verl.offpolicy_metrics: recomputed against rollout log-probs on spliced and on the other trained tokens).
 
 verl 0.9.1 has no extension point that carries per-trajectory agent-loop fields into a step's logged
 metrics (console, wandb, ... via `Tracking.log`):
@@ -19,7 +21,8 @@ and adds `cleaner.verl.saar_metrics.aggregate_saar_metrics` of their `saar_*` st
 |         | rows fetched from TransferQueue `extra_fields`     | TransferQueue for each batch the replay buffer   |
 |         |                                                   | samples (before the trainer clears it)           |
 
-The wrappers call verl's original first and only add keys; batches without `saar_*` stats add nothing.
+The wrappers call verl's original first and only add keys (they read the batch, never write it, so the loss is
+the same with or without them); batches without `saar_*` stats add nothing.
 `install()` first checks that the installed verl still has these methods with the expected parameters
 (`cleaner.verl.private_api`), so a verl upgrade fails at start-up with a message naming each difference.
 `install()` is called by `cleaner.verl.agent_loop_manager.CleanerAgentLoopManager`, which verl constructs in
