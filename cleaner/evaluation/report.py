@@ -33,7 +33,7 @@ class BenchmarkResult:
     samples: int  # trajectories in total
     n: int  # samples per problem (the smallest, if they differ)
     pass_at: dict[str, float]  # "pass@k" -> mean over problems of the unbiased estimate
-    maj_at_n: float | None  # None when no sample has an extracted answer (code)
+    maj_at_n: float | None  # None when the records carry no extracted answer at all (judge-scored programs)
     mean_score: float
     saar: dict[str, float | None]  # cleaner.saar.aggregate statistics of the samples' saar_* fields
 
@@ -68,7 +68,8 @@ def _summarize_one(name: str, problems: dict[str, list[Sample]]) -> BenchmarkRes
         for k in report_ks(n)
     }
     groups = list(problems.values())
-    has_answers = any(s.answer for group in groups for s in group)
+    # An empty `pred` is a sample without an answer, which votes for nothing; no `pred` at all means no vote.
+    has_answers = any(s.answer is not None for group in groups for s in group)
     maj = (
         _mean([majority_correct([s.answer for s in g], [s.correct for s in g]) for g in groups])
         if has_answers

@@ -225,3 +225,22 @@ def test_dump_written_by_verl_itself(tmp_path):
     assert (result.problems, result.n) == (2, 4)
     assert result.pass_at["pass@1"] == pytest.approx((0.25 + 1.0) / 2)
     assert result.maj_at_n == pytest.approx(0.5)  # a: "3" wins (wrong); b: "2" wins (right)
+
+
+def test_a_model_that_never_answers_has_maj_at_n_zero(tmp_path):
+    """The reward extracted no answer from any sample (`pred` empty): the majority vote is wrong, not missing.
+
+    What the 0.5B model gave in `make eval-cpu` on GPQA: a bare letter without \\boxed{}."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    RayPPOTrainer._write_generations(
+        inputs=["question a"] * 2 + ["question b"] * 2,
+        outputs=["D", "A", "B", "B"],
+        gts=["C", "C", "B", "B"],
+        scores=[-1.0] * 4,
+        reward_extra_infos_dict={"reward": [-1.0] * 4, "acc": [False] * 4, "pred": [""] * 4},
+        dump_path=str(tmp_path),
+        global_steps=0,
+    )
+    [result] = summarize(load_samples(tmp_path, "gpqa-diamond"))
+    assert (result.problems, result.n, result.maj_at_n) == (2, 2, 0.0)
