@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 from cleaner.data.cli import input_errors_exit_1
 from cleaner.data.rows import read_rows, write_jsonl
@@ -88,9 +90,17 @@ def _run_info(args: argparse.Namespace) -> dict[str, object]:
     return info
 
 
+def print_table(table: Table) -> None:
+    """Print at the table's natural width: in a log file (80 columns) or a narrow terminal, rich would shrink every
+    column to a few characters (`pas…`, `liv…`)."""
+    console = Console()
+    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    Console(width=max(console.width, natural)).print(table)
+
+
 def _report(samples: list[Sample], out_dir: Path, run: dict[str, object]) -> None:
     results = summarize(samples)
-    Console().print(results_table(results))
+    print_table(results_table(results))
     json_path, csv_path = write_results(results, out_dir, run)
     print(f"wrote {json_path} and {csv_path}")
 

@@ -244,3 +244,16 @@ def test_a_model_that_never_answers_has_maj_at_n_zero(tmp_path):
     )
     [result] = summarize(load_samples(tmp_path, "gpqa-diamond"))
     assert (result.problems, result.n, result.maj_at_n) == (2, 2, 0.0)
+
+
+def test_the_printed_table_keeps_every_header_and_name_whole_in_a_log_file(tmp_path, capsys, monkeypatch):
+    """`make eval-cpu` and cluster jobs write the table to a file, where rich assumes 80 columns."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    dump = verl_dump(tmp_path / "val")
+    assert run_cli("score", "--generations", f"livecodebench-v6 (SAAR on)={dump}", "--output-dir", str(tmp_path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if "┃" in line and "benchmark" in line)
+    assert [cell.strip() for cell in header.split("┃")[1:4]] == ["benchmark", "problems", "samples"]
+    for column in ("pass@1", "pass@4", "maj@4", "saar_rollbacks_triggered", "saar_tool_errors_kept_per_traj"):
+        assert f" {column} " in header
+    assert any("livecodebench-v6 (SAAR on)" in line for line in lines)
