@@ -14,7 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/eval_common.sh"
 cleaner_eval_benchmarks "$@"
 if cleaner_launching; then
     "$PYTHON" -m cleaner.cli eval lcb-score \
-        --generations "$OUTPUT_DIR/generations/livecodebench-v6" \
+        --generations "livecodebench-v6=$OUTPUT_DIR/generations/livecodebench-v6" \
         --dataset "$(cleaner_eval_file livecodebench-v6)" \
         --judge-url "$JUDGE_URL" \
         --output-dir "$OUTPUT_DIR/livecodebench-judged" \
