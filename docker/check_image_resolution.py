@@ -50,7 +50,7 @@ from stand_in import installed_environment, requirements_for_image, write_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE_REQUIREMENTS = REPO / "docker" / "requirements-image.txt"
-PROJECTS = (REPO / "pyproject.toml", REPO / "code-judge" / "pyproject.toml")
+PROJECTS = (REPO / "pyproject.toml", REPO / "code-judge" / "pyproject.toml", REPO / "verl-cpu" / "pyproject.toml")
 PIP_TIMEOUT_S = 900  # the online check resolves ~130 packages against the index
 PIP_PROGRESS = ("Processing ", "Looking in links", "Would install", "Collecting ", "Obtaining ")
 

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parent.parent
 # The projects' own dependency lists are read from their pyproject.toml (installed metadata of an editable
 # install goes stale when a dependency is added).
-ROOTS = (REPO / "pyproject.toml", REPO / "code-judge" / "pyproject.toml")
+ROOTS = (REPO / "pyproject.toml", REPO / "code-judge" / "pyproject.toml", REPO / "verl-cpu" / "pyproject.toml")
 EXCLUDED = {"torch"}  # provided by the GPU base image
 REQUIREMENTS = REPO / "requirements.txt"
 IMAGE_REQUIREMENTS = REPO / "docker" / "requirements-image.txt"
@@ -43,16 +43,22 @@ def project_requirements(pyproject: Path) -> list[Requirement]:
     return [Requirement(text) for text in tomllib.loads(pyproject.read_text())["project"]["dependencies"]]
 
 
+def project_name(pyproject: Path) -> str:
+    return canonicalize_name(tomllib.loads(pyproject.read_text())["project"]["name"])
+
+
 def closure(roots: tuple[Path, ...]) -> tuple[dict[str, str], list[str]]:
     """name -> installed version for every package the roots need at run time (extras they ask for included),
-    and the requirements the installed versions violate."""
+    and the requirements the installed versions violate. A root that needs another root (cleaner needs verl-cpu)
+    gets it from the repository, not from a pin: its own requirements come in as a root."""
+    local = {project_name(root) for root in roots}
     pinned: dict[str, str] = {}
     conflicts: list[str] = []
     todo = [(req.name, frozenset(req.extras), req) for root in roots for req in project_requirements(root)]
     seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
         name, extras, wanted = todo.pop()
-        if canonicalize_name(name) in EXCLUDED:
+        if canonicalize_name(name) in EXCLUDED | local:
             continue
         try:
             dist = distribution(name)

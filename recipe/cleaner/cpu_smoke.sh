@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CLEANER on a CPU-only machine: verl's own trainer (python -m verl.trainer.main_ppo) with GRPO + SAAR on the
-# bundled demo problems, the `cpu` platform and the `cleaner_cpu` rollout backend (docs/train-cpu.md).
+# bundled demo problems, the `cpu` platform and the `cpu` rollout backend of the verl-cpu package (docs/train-cpu.md).
 # It starts a code-judge on a free port (unless JUDGE_URL is set), writes the train/val parquet files, runs
 # 2 training steps with a validation pass and a checkpoint after step 2, and stops what it started.
 # Everything goes to $OUTPUT_DIR (default train-cpu-output/). Extra arguments are Hydra overrides.
@@ -14,7 +14,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${MODEL_PATH:?set MODEL_PATH to a Hugging Face model directory (make train-cpu builds the 0.5B one)}"
 : "${RAY_NUM_CPUS:=2}"
 : "${TOTAL_TRAINING_STEPS:=2}"
-: "${ROLLOUT_BACKEND:=cleaner_cpu}"
+: "${ROLLOUT_BACKEND:=cpu}"
 : "${TRAINER_USE_V1:=False}"
 # Small GRPO: 2 prompts x 4 rollouts per step, short responses, few turns.
 : "${TRAIN_BATCH_SIZE:=2}"
@@ -50,7 +50,7 @@ JUDGE_URL_GIVEN="${JUDGE_URL:-}"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 export VERL_PLATFORM=cpu
-export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-cleaner.verl.cpu.plugin}"
+export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-verl_cpu.plugin}"
 export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$OUTPUT_DIR/metrics.jsonl}"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Ray sets OMP_NUM_THREADS to an actor's CPU share (1 for a fractional share) unless it is set: the trainer
@@ -81,7 +81,7 @@ cpu_smoke_cleanup() {
         wait "$STARTED_JUDGE_PID" 2>/dev/null || true
     fi
     # The trainer stops its own Ray cluster on a normal exit; after a failure, stop the one it started here.
-    "$PYTHON" -m cleaner.verl.cpu.ray_cleanup "$RAY_TMP" || true
+    "$PYTHON" -m verl_cpu.ray_cleanup "$RAY_TMP" || true
     rm -rf "$RAY_TMP"
     exit "$status"
 }
@@ -126,7 +126,7 @@ cleaner_train tools \
     actor_rollout_ref.rollout.dtype=float32 \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
     actor_rollout_ref.rollout.agent.num_workers=1 \
-    "+actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu.max_new_tokens=$MAX_NEW_TOKENS" \
+    "+actor_rollout_ref.rollout.engine_kwargs.cpu.max_new_tokens=$MAX_NEW_TOKENS" \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     "actor_rollout_ref.model.lora_rank=$LORA_RANK" \
     "actor_rollout_ref.model.lora_alpha=$LORA_ALPHA" \

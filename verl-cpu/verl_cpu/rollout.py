@@ -1,16 +1,16 @@
-"""The `cleaner_cpu` rollout backend: a verl `RolloutReplica` and its in-trainer `BaseRollout` adapter.
+"""The `cpu` rollout backend: a verl `RolloutReplica` and its in-trainer `BaseRollout` adapter.
 
 verl 0.9.1 runs rollouts only through servers (vLLM, SGLang, TensorRT-LLM). This backend plugs a CPU
 server into the same two registries those use:
 
-- `RolloutReplicaRegistry["cleaner_cpu"]` -> `CpuRolloutReplica`: in HYBRID mode (the trainer's workers
+- `RolloutReplicaRegistry["cpu"]` -> `CpuRolloutReplica`: in HYBRID mode (the trainer's workers
   hold the actor) it starts one `CpuGenerationServer` actor next to the replica's worker and hands its
   handle to verl's load balancer, which routes the agent loops' `generate()` calls to it.
-- `_ROLLOUT_REGISTRY[("cleaner_cpu", "async")]` -> `CpuServerAdapter`: built inside each trainer worker
+- `_ROLLOUT_REGISTRY[("cpu", "async")]` -> `CpuServerAdapter`: built inside each trainer worker
   (`ActorRolloutRefWorker.init_model`); verl's naive checkpoint engine calls its `update_weights` with the
   actor's full parameters after every step, and it forwards them to the server.
 
-Select it with `actor_rollout_ref.rollout.name=cleaner_cpu` (and `checkpoint_engine.backend=naive`).
+Select it with `actor_rollout_ref.rollout.name=cpu` (and `checkpoint_engine.backend=naive`).
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from . import server as server_module
 
 logger = logging.getLogger(__name__)
 
-ROLLOUT_NAME = "cleaner_cpu"
+ROLLOUT_NAME = "cpu"
 # Weights travel to the server in buckets of about this size: verl's engine yields one full tensor at a time,
 # and sending them all at once would hold a second copy of the model in the trainer and in Ray's object store.
 WEIGHT_BUCKET_BYTES = 256 << 20
 
 
 def server_actor_name(replica_rank: int) -> str:
-    return f"cleaner_cpu_rollout_server_{replica_rank}"
+    return f"verl_cpu_rollout_server_{replica_rank}"
 
 
 class CpuRolloutReplica(RolloutReplica):

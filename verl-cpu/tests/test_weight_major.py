@@ -8,8 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from cleaner.verl.cpu.generation import SamplingRequest, generate_batch
-from cleaner.verl.cpu.weight_major import MAX_WEIGHT_MAJOR_ROWS, use_weight_major_matmul
+from verl_cpu.decoding import generate_batch
+from verl_cpu.sampling import SamplingRequest
+from verl_cpu.weight_major import MAX_WEIGHT_MAJOR_ROWS, use_weight_major_matmul
 
 
 @pytest.mark.parametrize("rows", [1, 8, MAX_WEIGHT_MAJOR_ROWS, MAX_WEIGHT_MAJOR_ROWS + 1, 300])

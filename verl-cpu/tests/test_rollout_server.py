@@ -7,21 +7,14 @@ import math
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from server_fixtures import GREEDY, SAMPLED, ModelConfig, RolloutConfig
+from transformers import AutoModelForCausalLM
 
-from cleaner.verl.cpu.generation import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    DecodingBatch,
-    PrefixCache,
-    SamplingRequest,
-    SamplingResult,
-    _draw,
-    _filtered_probs,
-    generate_batch,
-)
-from cleaner.verl.cpu.rollout import CpuServerAdapter
-from cleaner.verl.cpu.server import CpuGenerationServer, rollout_dtype, sampling_request
+from verl_cpu.decoding import DecodingBatch, generate_batch
+from verl_cpu.prefix_cache import PrefixCache
+from verl_cpu.rollout import CpuServerAdapter
+from verl_cpu.sampling import FINISH_LENGTH, FINISH_STOP, SamplingRequest, SamplingResult, draw, filtered_probs
+from verl_cpu.server import CpuGenerationServer, rollout_dtype, sampling_request
 
 pytestmark = pytest.mark.slow  # loads a model and runs torch generation: seconds per test
 
@@ -29,11 +22,6 @@ pytestmark = pytest.mark.slow  # loads a model and runs torch generation: second
 @pytest.fixture(scope="module")
 def model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 def _prompt(tokenizer, text: str) -> list[int]:
@@ -84,12 +72,12 @@ def test_stop_tokens_end_a_row_and_top_k_1_is_greedy(model, tokenizer):
 def test_draws_follow_the_distribution_and_never_pick_a_zero_probability_token():
     probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0])
     generator = torch.Generator().manual_seed(0)
-    counts = torch.bincount(torch.tensor([_draw(probs, generator) for _ in range(20_000)]), minlength=5)
+    counts = torch.bincount(torch.tensor([draw(probs, generator) for _ in range(20_000)]), minlength=5)
     assert counts[1] == 0 and counts[4] == 0
     assert torch.allclose(counts.double() / 20_000, probs.double(), atol=0.015)
     # Same generator state, same token: a seeded request is reproducible.
-    assert [_draw(probs, torch.Generator().manual_seed(7)) for _ in range(3)] == [
-        _draw(probs, torch.Generator().manual_seed(7))
+    assert [draw(probs, torch.Generator().manual_seed(7)) for _ in range(3)] == [
+        draw(probs, torch.Generator().manual_seed(7))
     ] * 3
 
 
@@ -104,7 +92,7 @@ def _full_sort_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 def test_top_p_over_the_most_likely_candidates_equals_sorting_the_whole_vocabulary(spread):
     logits = torch.randn(151_936, generator=torch.Generator().manual_seed(1)) / spread * 10
     for top_p in (0.6, 0.95):
-        assert torch.allclose(_filtered_probs(logits, -1, top_p), _full_sort_nucleus(torch.softmax(logits, -1), top_p))
+        assert torch.allclose(filtered_probs(logits, -1, top_p), _full_sort_nucleus(torch.softmax(logits, -1), top_p))
 
 
 def test_sampling_params_are_mapped_and_bad_ones_refused():
@@ -127,42 +115,6 @@ def test_sampling_params_are_mapped_and_bad_ones_refused():
         rollout_dtype("float16")
 
 
-class _Config:
-    """The fields of verl's rollout config the server reads; keywords become `engine_kwargs.cleaner_cpu`."""
-
-    dtype = "float32"
-    prompt_length = 64
-    seed = 0
-
-    def __init__(self, response_length: int = 8, max_new_tokens: int = 6, **engine_options):
-        self.response_length = response_length
-        self.engine_kwargs = {"cleaner_cpu": {"max_new_tokens": max_new_tokens, **engine_options}}
-
-
-class _ModelConfig:
-    def __init__(self, path, tokenizer):
-        self.local_path = str(path)
-        self.tokenizer = tokenizer
-
-
-GREEDY = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": False}
-SAMPLED = {**GREEDY, "temperature": 1.0}
-
-
-@pytest.fixture
-def make_server(tiny_model_dir, tokenizer, monkeypatch):
-    """`make_server(**config)`: a server over the tiny model, not yet launched (`_Config` takes the keywords)."""
-    # The server converts verl's model DictConfig; these tests hand it the dataclass-like object directly.
-    monkeypatch.setattr("verl.utils.config.omega_conf_to_dataclass", lambda config, dataclass_type=None: config)
-
-    def make(**config) -> CpuGenerationServer:
-        return CpuGenerationServer(
-            _Config(**config), _ModelConfig(tiny_model_dir, tokenizer), replica_rank=0, max_batch_size=8
-        )
-
-    return make
-
-
 async def test_server_batches_concurrent_requests_and_serves_synced_weights(
     make_server, tiny_model_dir, tokenizer, monkeypatch
 ):
@@ -177,9 +129,9 @@ async def test_server_batches_concurrent_requests_and_serves_synced_weights(
 
     # A weight sync through the trainer-side adapter, in buckets: an all-zero lm_head makes every token equally
     # likely, so greedy decoding then takes token 0 at once.
-    adapter = CpuServerAdapter(_Config(), _ModelConfig(tiny_model_dir, tokenizer), None, replica_rank=0)
+    adapter = CpuServerAdapter(RolloutConfig(), ModelConfig(tiny_model_dir, tokenizer), None, replica_rank=0)
     adapter._server = _LocalHandle(server)
-    monkeypatch.setattr("cleaner.verl.cpu.rollout.WEIGHT_BUCKET_BYTES", 1)  # one bucket per tensor
+    monkeypatch.setattr("verl_cpu.rollout.WEIGHT_BUCKET_BYTES", 1)  # one bucket per tensor
     zeros = torch.zeros_like(server.model.lm_head.weight)
     embed = server.model.model.embed_tokens.weight.detach().clone()
     await adapter.update_weights(
@@ -205,7 +157,7 @@ async def test_generation_waits_for_a_weight_sync_and_a_failed_sync_stops_the_se
     await server.finish_weight_update(7)
     assert (await waiting).extra_fields["global_steps"] == 7
 
-    adapter = CpuServerAdapter(_Config(), _ModelConfig(tiny_model_dir, tokenizer), None, replica_rank=0)
+    adapter = CpuServerAdapter(RolloutConfig(), ModelConfig(tiny_model_dir, tokenizer), None, replica_rank=0)
     adapter._server = _LocalHandle(server)
     with pytest.raises(KeyError, match="does not have"):
         await adapter.update_weights(iter([("not.a.weight", torch.zeros(1))]), global_steps=8)

@@ -7,7 +7,7 @@ verl reaches the accelerator only through `verl.plugin.platform.get_platform()` 
 makes on `torch.cuda` (`empty_cache`, `mem_get_info`, `get_rng_state`, ...).
 
 It is selected only explicitly (`VERL_PLATFORM=cpu`): auto-detection never picks it, so a GPU machine with
-cleaner installed keeps verl's own choice.
+verl_cpu installed keeps verl's own choice.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
-PLATFORM_NAME = "cpu"
+from . import PLATFORM_NAME
 
 
 def _available_and_total_bytes() -> tuple[int, int]:
@@ -40,7 +40,7 @@ def _noop(*_args: Any, **_kwargs: Any) -> None:
 
 def _build_device_module() -> types.ModuleType:
     """`torch.cpu` plus the `torch.cuda` calls verl makes that have no CPU meaning (memory pools, IPC)."""
-    module = types.ModuleType("cleaner_cpu_device")
+    module = types.ModuleType("verl_cpu_device")
     for name in ("Event", "Stream", "StreamContext", "current_stream", "stream", "synchronize", "is_available"):
         setattr(module, name, getattr(torch.cpu, name))
     module.device_count = lambda: 1
@@ -64,7 +64,7 @@ def _build_device_module() -> types.ModuleType:
 
 @PlatformRegistry.register(platform=PLATFORM_NAME)
 class PlatformCPU(PlatformBase):
-    """verl platform for CPU-only machines (training on gloo, rollout on the cleaner CPU backend)."""
+    """verl platform for CPU-only machines (training on gloo, rollout on the `cpu` backend)."""
 
     def __init__(self) -> None:
         self._device_module = _build_device_module()
@@ -121,7 +121,7 @@ class PlatformCPU(PlatformBase):
 
     def visible_devices_envvar(self) -> str:
         # Ray sets no visibility variable for CPUs; a name nobody reads keeps verl's env plumbing harmless.
-        return "CLEANER_CPU_VISIBLE_DEVICES"
+        return "VERL_CPU_VISIBLE_DEVICES"
 
     @contextlib.contextmanager
     def nvtx_range(self, msg: str):

@@ -7,6 +7,7 @@ fails here (and at start-up) instead of being patched blindly.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from cleaner.verl.cpu import patches
+from verl_cpu import patches
 
 pytestmark = pytest.mark.slow  # starts Ray and verl's trainer in subprocesses: tens of seconds per test
 
-ROOT = Path(__file__).resolve().parents[3]
-PLUGIN = "cleaner.verl.cpu.plugin"
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = "verl_cpu.plugin"
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -98,30 +99,51 @@ def test_cpu_platform_trains_on_gloo_and_sizes_pools_by_ray_cpus():
     assert "refused: Ray has 1 CPU available but the resource pools need 3" in result.stdout
 
 
-def test_cpu_platform_is_never_auto_detected_and_leaves_verl_unpatched():
+@pytest.mark.parametrize("route", ["entry point", "external modules"])
+def test_without_verl_platform_cpu_the_plugin_registers_and_patches_nothing(route):
+    # A GPU machine with the package installed: verl's own platform choice, no `cpu` rollout, verl unpatched.
     result = _run(
         """
         from verl.plugin.platform import PlatformRegistry, get_platform
+        from verl.workers.rollout.replica import RolloutReplicaRegistry
         import verl.utils.distributed as distributed
-        assert "cpu" in PlatformRegistry.registered_names()
-        print(get_platform().device_name, hasattr(distributed.initialize_global_process_group_ray, "__cleaner_cpu_original__"))
+        import verl_cpu.plugin
+        print(get_platform().device_name, "cpu" in PlatformRegistry.registered_names(),
+              "cpu" in RolloutReplicaRegistry._registry,
+              hasattr(distributed.initialize_global_process_group_ray, "__verl_cpu_original__"))
         """,
-        VERL_USE_EXTERNAL_MODULES=PLUGIN,
+        **({} if route == "entry point" else {"VERL_USE_EXTERNAL_MODULES": PLUGIN}),
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["cuda", "False"]
+    assert result.stdout.split() == ["cuda", "False", "False", "False"]
+
+
+def test_the_entry_point_alone_registers_everything_when_cpu_is_selected():
+    # `pip install verl-cpu` + VERL_PLATFORM=cpu is the whole switch: verl loads the `verl.plugins` entry point.
+    result = _run(
+        """
+        from verl.plugin.platform import get_platform
+        from verl.workers.rollout.replica import get_rollout_replica_class
+        from verl.workers.engine.base import EngineRegistry
+        print(get_platform().device_name, get_rollout_replica_class("cpu").__name__,
+              EngineRegistry.get_engine_cls("language_model", "fsdp2").__name__)
+        """,
+        VERL_PLATFORM="cpu",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["cpu", "CpuRolloutReplica", "FSDPEngineWithLMHead"]
 
 
 def test_selecting_cpu_without_the_plugin_fails_at_once_with_the_cause():
     # No fallback to `nvidia` (which would then wait forever for a GPU placement group).
-    result = _run("import verl.trainer.main_ppo", VERL_PLATFORM="cpu")
+    result = _run("import verl.trainer.main_ppo", VERL_PLATFORM="cpu", VERL_USE_EXTERNAL_PLUGINS="none")
     assert result.returncode != 0
     assert "Unknown platform 'cpu'" in result.stderr
-    broken = _run("import verl", VERL_PLATFORM="cpu", VERL_USE_EXTERNAL_MODULES="cleaner.verl.cpu.no_such_plugin")
-    assert broken.returncode != 0 and "No module named 'cleaner.verl.cpu.no_such_plugin'" in broken.stderr
+    broken = _run("import verl", VERL_PLATFORM="cpu", VERL_USE_EXTERNAL_MODULES="verl_cpu.no_such_plugin")
+    assert broken.returncode != 0 and "No module named 'verl_cpu.no_such_plugin'" in broken.stderr
 
 
 def _free_port() -> int:
-    from code_judge.local import free_port
-
-    return free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

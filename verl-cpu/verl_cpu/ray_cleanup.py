@@ -1,4 +1,4 @@
-"""Stop the Ray processes of one local cluster, found by its temp dir: `python -m cleaner.verl.cpu.ray_cleanup DIR`.
+"""Stop the Ray processes of one local cluster, found by its temp dir: `python -m verl_cpu.ray_cleanup DIR`.
 
 verl's driver starts a local Ray cluster (`ray.init`, here with `_temp_dir=DIR`) and stops it on a normal
 exit. When the driver is killed or crashes, Ray's own processes (gcs_server, raylet, workers, dashboard)
@@ -55,7 +55,7 @@ def stop_cluster(temp_dir: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m cleaner.verl.cpu.ray_cleanup RAY_TEMP_DIR", file=sys.stderr)
+        print("usage: python -m verl_cpu.ray_cleanup RAY_TEMP_DIR", file=sys.stderr)
         return 2
     count = stop_cluster(Path(args[0]))
     if count:

@@ -3,8 +3,8 @@
 Every patch names the verl function it replaces and a fragment of that function's source that shows the
 CUDA assumption. `apply_all()` checks each fragment before patching: if a verl upgrade moves or rewrites
 the code, it raises `VerlPatchError` naming the function instead of patching something it no longer
-understands (tests/verl/cpu/test_patches.py runs the same check). Applied only when the `cpu` platform is
-selected, so GPU runs see verl unchanged. docs/train-cpu.md lists them.
+understands (tests/test_platform_and_patches.py runs the same check). Applied only when the `cpu` platform is
+selected, so GPU runs see verl unchanged. The package README lists them.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Patch:
     def original(self) -> Any:
         owner, member = self.target()
         function = getattr(owner, member)
-        return getattr(function, "__cleaner_cpu_original__", function)
+        return getattr(function, "__verl_cpu_original__", function)
 
     def check(self) -> None:
         try:
@@ -56,12 +56,12 @@ class Patch:
         if self.fragment not in source:
             raise VerlPatchError(
                 f"CPU patch {self.name!r}: {self.module}.{self.attr} no longer contains {self.fragment!r}; "
-                "verl changed this code, revisit cleaner/verl/cpu/patches.py"
+                "verl changed this code, revisit verl_cpu/patches.py"
             )
 
     def apply(self) -> None:
         owner, member = self.target()
-        if hasattr(getattr(owner, member), "__cleaner_cpu_original__"):
+        if hasattr(getattr(owner, member), "__verl_cpu_original__"):
             return
         self.check()
         original = self.original()
@@ -72,7 +72,7 @@ class Patch:
                     f"CPU patch {self.name!r}: {module.__name__}.{member} is not verl's {self.module}.{self.attr}"
                 )
         replacement = self.build(original)
-        replacement.__cleaner_cpu_original__ = original
+        replacement.__verl_cpu_original__ = original
         for holder in (owner, *bound):
             setattr(holder, member, replacement)
 
@@ -95,8 +95,8 @@ def _check_platform_resource(_original: Callable[..., None]) -> Callable[..., No
         if available < required:
             raise ValueError(
                 f"Ray has {available:g} {resource} available but the resource pools need {required} "
-                f"(trainer.n_gpus_per_node x nnodes): give Ray more CPUs (ray_kwargs.ray_init.num_cpus; RAY_NUM_CPUS "
-                "in recipe/cleaner/cpu_smoke.sh) or lower trainer.n_gpus_per_node"
+                f"(trainer.n_gpus_per_node x nnodes): give Ray more CPUs (ray_kwargs.ray_init.num_cpus) "
+                "or lower trainer.n_gpus_per_node"
             )
 
     return _check_resource_available

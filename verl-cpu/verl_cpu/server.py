@@ -8,7 +8,7 @@ back from its tool call does not wait for the slowest row of the others' turns. 
 (no new rows join meanwhile) and replaces the weights before any other row starts: the trainer pushes the
 actor's weights through verl's weight-sync path after every step, so every row samples from the current policy.
 
-Prefix cache (`generation.PrefixCache`, on unless `engine_kwargs.cleaner_cpu.prefix_cache: false`): each turn
+Prefix cache (`prefix_cache.PrefixCache`, on unless `engine_kwargs.cpu.prefix_cache: false`): each turn
 of a trajectory sends the conversation so far (the last prompt, the tokens sampled, the tool response), so the
 server keeps the keys and values of what it processed and prefills only the new tokens of the next turn.
 Entries are matched by tokens: verl's server manager gives every turn a fresh request id.
@@ -18,7 +18,10 @@ trajectories comes back). The other sleep/wake calls of verl's replica protocol 
 memory to free) and return at once.
 
 Decoding steps use weight-major matrix products (`weight_major`, on unless
-`engine_kwargs.cleaner_cpu.weight_major_matmul: false`): about 30 % less time per step of 8 rows.
+`engine_kwargs.cpu.weight_major_matmul: false`): about 30 % less time per step of 8 rows.
+
+Prompt log-probs: `sampling_params["prompt_logprobs"]` (0 or k) returns `extra_fields["prompt_ids"]` and
+`extra_fields["prompt_logprobs"]` in the layout of verl's vLLM and SGLang servers (`prompt_logprobs.py`).
 """
 
 from __future__ import annotations
@@ -33,14 +36,17 @@ from typing import Any
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
-from .generation import FINISH_STOP, DecodingBatch, PrefixCache, SamplingRequest
+from .decoding import DecodingBatch
+from .prefix_cache import PrefixCache
+from .sampling import FINISH_STOP, SamplingRequest
 from .weight_major import use_weight_major_matmul
 
 logger = logging.getLogger(__name__)
 
-# Sampling keys verl's agent loops send that this server honours, beyond the ones mapped to SamplingRequest.
-_ACCEPTED_AND_IGNORED = {"logprobs"}
-ENGINE_KWARGS_KEY = "cleaner_cpu"
+# Sampling keys verl sends that need nothing here: sampled tokens' log-probs are always returned, and no text
+# is ever produced (verl's teacher sends detokenize=False with prompt_logprobs).
+_ACCEPTED_AND_IGNORED = {"logprobs", "detokenize"}
+ENGINE_KWARGS_KEY = "cpu"
 _ENGINE_KWARGS = {"max_new_tokens", "prefix_cache", "prefix_cache_mb", "weight_major_matmul"}
 PREFIX_CACHE_MB = 1024  # default bound; the 0.5B model's keys and values take 24 KB per token in float32
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -66,7 +72,7 @@ def sampling_request(
 ) -> SamplingRequest:
     """Map verl's sampling_params (vLLM names) to a SamplingRequest; unknown keys are an error, not ignored.
 
-    `max_new_tokens` (engine_kwargs.cleaner_cpu.max_new_tokens) caps every turn: verl's agent loops send no
+    `max_new_tokens` (engine_kwargs.cpu.max_new_tokens) caps every turn: verl's agent loops send no
     per-turn limit, and on CPU a short turn budget is what keeps a multi-turn step affordable."""
     params = dict(sampling_params)
     max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", None))
@@ -83,6 +89,7 @@ def sampling_request(
     if repetition_penalty != 1.0:
         raise ValueError(f"repetition_penalty={repetition_penalty} is not supported by the CPU rollout (use 1.0)")
     top_k = params.pop("top_k", -1)
+    prompt_logprobs = params.pop("prompt_logprobs", None)
     request = SamplingRequest(
         prompt_ids=list(prompt_ids),
         max_tokens=max_tokens,
@@ -91,6 +98,7 @@ def sampling_request(
         top_k=-1 if top_k is None else int(top_k),
         stop_token_ids=frozenset(stop_ids),
         seed=params.pop("seed", None),
+        prompt_logprobs=None if prompt_logprobs is None else int(prompt_logprobs),
     )
     unknown = set(params) - _ACCEPTED_AND_IGNORED
     if unknown:
@@ -201,11 +209,15 @@ class CpuGenerationServer:
         if self._batch_task is None or self._batch_task.done():
             self._batch_task = asyncio.create_task(self._run_batches())
         result = await future
+        extra_fields: dict[str, Any] = {"global_steps": self.weights_step}
+        if request.prompt_logprobs is not None:
+            extra_fields["prompt_ids"] = result.prompt_ids
+            extra_fields["prompt_logprobs"] = result.prompt_logprobs
         return TokenOutput(
             token_ids=result.token_ids,
             log_probs=result.log_probs,
             stop_reason="completed" if result.finish_reason == FINISH_STOP else None,
-            extra_fields={"global_steps": self.weights_step},
+            extra_fields=extra_fields,
         )
 
     async def _run_batches(self) -> None:
