@@ -11,7 +11,9 @@ table and the HTML report all call `summarize_saar` on the per-trajectory `saar_
   counted apart). *Sampled* errors are all that happened, retries included; *kept* errors are those left in
   the final trajectory: sampled minus the calls that recovered rollbacks removed (exact, counted per position).
 
-Pure: no verl, no torch. A row is a mapping holding at least the scalar `saar_*` keys.
+Pure: no verl, no torch. A row is a mapping holding at least the scalar `saar_*` keys. Trajectory records of
+version 1 (`cleaner rollout` output written before the IS-gate counters existed) lack those counters: they count 0
+there, the feature did not exist; any other row lacking a counter is an error.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES, ErrorCategory
 from cleaner.saar.stats import COUNTER_NAMES, FAIL_COUNTER_NAMES, PREFIX, SCALAR_EXTRA_FIELD_KEYS
 
 SUMMED_KEYS: tuple[str, ...] = tuple(PREFIX + name for name in (*COUNTER_NAMES, *FAIL_COUNTER_NAMES))
+# Counters that trajectory records of version 1 do not carry (added with record version 2).
+ABSENT_FROM_VERSION_1: frozenset[str] = frozenset(
+    PREFIX + name for name in ("planb_appends", "planb_replaces", "is_scored")
+)
 
 
 class SaarStatsError(ValueError):
@@ -141,11 +147,12 @@ def summarize_saar(rows: Sequence[Mapping[str, Any]]) -> SaarSummary | None:
         return None
     totals = {key[len(PREFIX) :]: 0 for key in SUMMED_KEYS}
     for index, row in enumerate(saar_rows):
-        missing = [key for key in SUMMED_KEYS if row.get(key) is None]
+        absent_ok = ABSENT_FROM_VERSION_1 if row.get("version") == 1 else frozenset()
+        missing = [key for key in SUMMED_KEYS if row.get(key) is None and key not in absent_ok]
         if missing:
             raise SaarStatsError(f"trajectory {index} has SAAR stats but lacks {missing}")
         for key in SUMMED_KEYS:
-            totals[key[len(PREFIX) :]] += int(row[key])
+            totals[key[len(PREFIX) :]] += int(row.get(key) or 0)
     return SaarSummary(
         trajectories=len(saar_rows),
         totals=totals,
