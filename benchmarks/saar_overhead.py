@@ -220,7 +220,8 @@ async def run_trajectories(tokenizer, loop_cls, enable: bool, count: int) -> flo
     return elapsed / count
 
 
-async def loop_benchmark(tokenizer, trajectories: int, rounds: int) -> dict[str, float]:
+async def loop_benchmark(tokenizer, trajectories: int, rounds: int) -> dict[str, list[float]]:
+    """CPU seconds per trajectory of each variant, one sample per round."""
     from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
     from cleaner.verl.agent_loop import CleanerToolAgentLoop
@@ -233,17 +234,19 @@ async def loop_benchmark(tokenizer, trajectories: int, rounds: int) -> dict[str,
     for loop_cls, enable in variants.values():  # warm-up: imports, template compilation, caches
         await run_trajectories(tokenizer, loop_cls, enable, 3)
     samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):  # interleaved, so drift in machine load hits every variant alike
-        for name, (loop_cls, enable) in variants.items():
+    names = list(variants)
+    for round_index in range(rounds):  # interleaved, each round in a rotated order: drift hits every variant alike
+        for name in names[round_index % len(names) :] + names[: round_index % len(names)]:
+            loop_cls, enable = variants[name]
             samples[name].append(await run_trajectories(tokenizer, loop_cls, enable, trajectories))
-    return {name: min(values) for name, values in samples.items()}
+    return samples
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trajectories", type=int, default=40, help="trajectories per measurement")
     parser.add_argument(
-        "--rounds", type=int, default=5, help="interleaved measurements per variant (the minimum is reported)"
+        "--rounds", type=int, default=5, help="interleaved measurements per variant (the median is reported)"
     )
     parser.add_argument("--splice-repeats", type=int, default=200)
     args = parser.parse_args()
@@ -260,15 +263,20 @@ def main() -> None:
         fence = splice_benchmark(tokenizer, total, fence=True, repeats=args.splice_repeats)
         print(f"| {total:,} | {hermes:.3f} | {fence:.3f} |")
 
-    results = asyncio.run(loop_benchmark(tokenizer, args.trajectories, args.rounds))
-    stock = results["stock verl ToolAgentLoop"]
+    samples = asyncio.run(loop_benchmark(tokenizer, args.trajectories, args.rounds))
+    stock = samples["stock verl ToolAgentLoop"]
     print(
-        f"\nAgent-loop CPU time per trajectory (min over {args.rounds} rounds of {args.trajectories}; 5 generations, 4 tool calls)\n"
+        f"\nAgent-loop CPU time per trajectory (median over {args.rounds} rounds of {args.trajectories}; 5 generations,"
+        " 4 tool calls); vs stock: the median of each round's ratio to stock, and their range\n"
     )
-    print("| loop | CPU ms / trajectory | vs stock |")
-    print("|---|---:|---:|")
-    for name, seconds in results.items():
-        print(f"| {name} | {seconds * 1000:.2f} | {100 * (seconds / stock - 1):+.1f} % |")
+    print("| loop | CPU ms / trajectory | vs stock (median) | vs stock (rounds) |")
+    print("|---|---:|---:|---:|")
+    for name, values in samples.items():
+        ratios = [100 * (value / base - 1) for value, base in zip(values, stock)]
+        print(
+            f"| {name} | {statistics.median(values) * 1000:.2f} | {statistics.median(ratios):+.1f} % "
+            f"| {min(ratios):+.1f} to {max(ratios):+.1f} % |"
+        )
 
 
 if __name__ == "__main__":
