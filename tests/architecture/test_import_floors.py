@@ -176,3 +176,24 @@ def test_verl_free_floors_do_not_load_verl(part):
 def test_retired_paths_import_nothing(part):
     """A retired path only raises; it reaches no package, so it cannot tie the floors together."""
     assert not imported_cleaner_parts(PACKAGE / f"{part}.py")
+
+
+@pytest.mark.parametrize("package", ["code-judge/code_judge", "verl-cpu/verl_cpu"])
+def test_the_packages_beside_cleaner_import_nothing_of_it(package):
+    """code-judge is reached over HTTP only; verl-cpu plugs into verl alone. Neither may lean on `cleaner`."""
+    root = PACKAGE.parent / package
+    offenders = [
+        str(path.relative_to(PACKAGE.parent))
+        for path in sorted(root.rglob("*.py"))
+        if "__pycache__" not in path.parts and imports_cleaner(path)
+    ]
+    assert not offenders, f"{package} imports cleaner: {offenders}"
+
+
+def imports_cleaner(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "cleaner" for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "cleaner":
+            return True
+    return False
