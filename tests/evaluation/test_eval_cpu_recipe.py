@@ -51,7 +51,7 @@ def test_cpu_platform_runs_each_benchmark_on_the_cpu_backend_and_leaves_no_ray_d
     for args, benchmark in zip(runs, ("aime2024", "gpqa-diamond")):
         assert f"data.val_files=['{EVAL_CPU}/{benchmark}.parquet']" in args
         assert "trainer.val_only=True" in args and "actor_rollout_ref.rollout.val_kwargs.n=2" in args
-        assert "actor_rollout_ref.rollout.name=cleaner_cpu" in args
+        assert "actor_rollout_ref.rollout.name=cpu" in args
         assert "actor_rollout_ref.rollout.checkpoint_engine.backend=naive" in args
         assert "trainer.use_v1=False" in args and "+ray_kwargs.ray_init.num_cpus=2" in args
         # The user's overrides come last, so they win over the platform's.
@@ -89,3 +89,56 @@ def test_the_overlong_buffer_fits_in_the_responses(tmp_path, platform):
     [args] = commands(run_script("eval_livecodebench.sh", tmp_path, PLATFORM=platform))
     value = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args}
     assert int(value["+reward.reward_kwargs.overlong_buffer_cfg.len"]) <= int(value["data.max_response_length"])
+
+
+def _run_in_own_session(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """Run a script in a session of its own; return its result and the pids still running in that session."""
+    process = subprocess.Popen(
+        ["bash", str(EVAL / script)],
+        env={
+            **os.environ,
+            "PYTHON": sys.executable,
+            "PLATFORM": "cpu",
+            "DATA_DIR": str(tmp_path / "no-data"),
+            "OUTPUT_DIR": str(tmp_path / "out"),
+            **env,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    stdout, stderr = process.communicate(timeout=240)
+    running = []  # exited processes (state Z) wait for a reaper that need not be prompt; they run nothing
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else None
+        except OSError:
+            continue
+        if fields and int(fields[3]) == process.pid and fields[0] != "Z":
+            running.append(int(entry.name))
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), running
+
+
+@pytest.mark.slow
+def test_a_directory_that_is_not_a_model_stops_the_cpu_run_before_anything_starts(tmp_path):
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
+    result, left = _run_in_own_session(tmp_path, "eval_livecodebench.sh", MODEL_PATH=str(not_a_model))
+    assert result.returncode == 1 and str(not_a_model) in result.stderr, result.stderr
+    assert not (tmp_path / "out" / "judge.log").exists()  # no judge was started
+    assert left == []
+
+
+@pytest.mark.slow
+@pytest.mark.judge
+def test_a_failed_cpu_run_stops_the_judge_it_started(tmp_path):
+    from cleaner.models.tiny_qwen2 import build_tiny_qwen2
+
+    model = build_tiny_qwen2(tmp_path / "tiny")
+    result, left = _run_in_own_session(tmp_path, "eval_livecodebench.sh", MODEL_PATH=str(model))
+    assert result.returncode == 1
+    assert f"data: {tmp_path / 'no-data'}/livecodebench-v6.parquet does not exist" in result.stderr, result.stderr
+    assert (tmp_path / "out" / "judge.log").exists()  # the script's own judge answered, then was stopped
+    assert "judge:" not in result.stderr
+    assert left == []

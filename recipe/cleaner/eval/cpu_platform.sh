@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The `cpu` platform of the evaluation scripts (sourced by eval_common.sh when PLATFORM=cpu, before common.sh):
-# verl's validation-only run on the `cpu` platform with the `cleaner_cpu` rollout backend, switched on the way
-# recipe/cleaner/cpu_smoke.sh switches training (docs/train-cpu.md): the plugin module and VERL_PLATFORM in the
-# environment Ray's workers inherit, CPU overrides before the user's, a Ray temp dir of its own, each run in its
-# own process group, and a code-judge on a free port unless JUDGE_URL is given. Everything started is stopped.
+# verl's validation-only run on the `cpu` platform with the `cpu` rollout backend of the verl-cpu package,
+# switched on the way recipe/cleaner/cpu_smoke.sh switches training (docs/train-cpu.md): the plugin module and
+# VERL_PLATFORM in the environment Ray's workers inherit, CPU overrides before the user's, a Ray temp dir of its
+# own, each run in its own process group, and a code-judge on a free port unless JUDGE_URL is given. Everything
+# started is stopped.
 
 if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then
     echo "cpu_platform.sh is a library: eval_common.sh sources it for PLATFORM=cpu" >&2
@@ -14,7 +15,7 @@ CLEANER_EVAL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 : "${PYTHON:=$CLEANER_EVAL_ROOT/.venv/bin/python}"
 : "${OUTPUT_ROOT:=$CLEANER_EVAL_ROOT/eval-cpu-output}"
 : "${RAY_NUM_CPUS:=2}"
-: "${ROLLOUT_BACKEND:=cleaner_cpu}"
+: "${ROLLOUT_BACKEND:=cpu}"
 : "${TRAINER_USE_V1:=False}"
 : "${N_GPUS_PER_NODE:=1}"
 : "${OFFLOAD:=False}"
@@ -31,7 +32,7 @@ CLEANER_EVAL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CLEANER_EVAL_JUDGE_GIVEN="${JUDGE_URL:-}"
 
 export VERL_PLATFORM=cpu
-export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-cleaner.verl.cpu.plugin}"
+export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-verl_cpu.plugin}"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Ray would set OMP_NUM_THREADS to a worker's CPU share (1 for a fractional share); its workers do all the work
 # here, at nice 0 rather than Ray's 15.
@@ -59,7 +60,7 @@ cleaner_eval_cpu_cleanup() {
     fi
     if [[ -n "$CLEANER_EVAL_RAY_TMP" ]]; then
         # verl stops its Ray cluster on a normal exit; after a failure, stop the one started in this temp dir.
-        "$PYTHON" -m cleaner.verl.cpu.ray_cleanup "$CLEANER_EVAL_RAY_TMP" || true
+        "$PYTHON" -m verl_cpu.ray_cleanup "$CLEANER_EVAL_RAY_TMP" || true
         rm -rf "$CLEANER_EVAL_RAY_TMP"
     fi
     exit "$status"
@@ -72,6 +73,8 @@ cleaner_eval_cpu_start() {
     trap cleaner_eval_cpu_cleanup EXIT
     trap 'exit 130' INT TERM
     cleaner_launching || return 0
+    # A directory that is not a model stops the script before anything starts.
+    "$PYTHON" -m cleaner.models check "$MODEL_PATH" >/dev/null
     [[ -z "$CLEANER_EVAL_JUDGE_GIVEN" ]] || return 0
     mkdir -p "$OUTPUT_DIR"
     local port
@@ -99,7 +102,7 @@ cleaner_eval_cpu_validate() {
         actor_rollout_ref.rollout.checkpoint_engine.backend=naive \
         actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
         actor_rollout_ref.rollout.agent.num_workers=1 \
-        "+actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu.max_new_tokens=$MAX_NEW_TOKENS" \
+        "+actor_rollout_ref.rollout.engine_kwargs.cpu.max_new_tokens=$MAX_NEW_TOKENS" \
         +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
         actor_rollout_ref.actor.use_torch_compile=False \
         actor_rollout_ref.ref.use_torch_compile=False \

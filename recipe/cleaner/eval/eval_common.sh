@@ -2,7 +2,7 @@
 # Shared part of the evaluation scripts (sourced): test-time SAAR switch, platform switch, one validation-only
 # verl run per benchmark, then the results table. Uses recipe/cleaner/common.sh for everything else.
 # PLATFORM=gpu (default) runs the recipes' GPU settings; PLATFORM=cpu runs verl's `cpu` platform with the
-# `cleaner_cpu` rollout backend (cpu_platform.sh, docs/evaluation.md).
+# `cpu` rollout backend of the verl-cpu package (cpu_platform.sh, docs/evaluation.md).
 
 if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then
     echo "eval_common.sh is a library: source it from an evaluation script" >&2

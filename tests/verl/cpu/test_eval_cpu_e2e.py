@@ -24,7 +24,7 @@ from scripted_training import HERE, ROOT, TEST_TIMEOUT_S, run_recipe
 
 VAL_N = 2
 BENCHMARK = "demo-math"
-CPU_PLUGIN = "cleaner.verl.cpu.plugin"
+CPU_PLUGIN = "verl_cpu.plugin"
 # Failed calls the model caused (judge and infrastructure failures are counted apart).
 MODEL_ERRORS = ("exception", "syntax_error", "timeout", "memory_limit", "nonzero_exit", "bad_call")
 
