@@ -7,7 +7,8 @@ verl's own per-step metrics from its file logger (`timing_s/*`, `perf/total_num_
     python benchmarks/train_cpu.py --model tiny --model 0.5b      # run and print the table
     python benchmarks/train_cpu.py --metrics train-cpu-output/metrics.jsonl   # only read an existing run
     python benchmarks/train_cpu.py --rollout 0.5b      # the CPU rollout's sampler alone, prefix cache off vs on
-    python benchmarks/train_cpu.py --decode-step 0.5b  # one decoding step, nn.Linear vs weight-major products
+    python benchmarks/train_cpu.py --decode-step 0.5b [--dtype bfloat16]  # one decoding step, nn.Linear vs weight-major
+    python benchmarks/train_cpu.py --update-step 0.5b  # an actor forward + backward, float32 vs bf16 autocast
 
 Phases (verl's names): gen = rollout (agent loops, tool calls, reward inside the loop), reward = reward
 post-processing, old_log_prob = actor forward over the batch, update_actor = forward + backward + step,
@@ -226,16 +227,17 @@ def rollout_benchmark(
         print(f"prefix cache {'on' if cached else 'off'}: {wall:.1f} s wall, {cpu:.1f} s CPU for {turns} turns")
 
 
-def decode_step_benchmark(model: Path, context: int, steps: int) -> None:
+def decode_step_benchmark(model: Path, context: int, steps: int, dtype: str) -> None:
     """Median milliseconds of one decoding step (1 and 8 rows, `context` cached tokens), plain vs weight-major."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from verl_cpu.server import rollout_dtype
     from verl_cpu.weight_major import use_weight_major_matmul
 
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
-    network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
-    print(f"decoding step: {model.name}, float32, {torch.get_num_threads()} threads, {context} cached tokens per row")
+    network = AutoModelForCausalLM.from_pretrained(model, dtype=rollout_dtype(dtype)).eval()
+    print(f"decoding step: {model.name}, {dtype}, {torch.get_num_threads()} threads, {context} cached tokens per row")
     print("matmul | rows | ms per step (median) | load avg")
     print("--- | --- | --- | ---")
     for matmul in ("plain", "weight-major"):
@@ -262,6 +264,39 @@ def decode_step_benchmark(model: Path, context: int, steps: int) -> None:
             print(f"{matmul} | {rows} | {statistics.median(times) * 1000:.0f} | {os.getloadavg()[0]:.1f}")
 
 
+def update_step_benchmark(model: Path, tokens: int, repeats: int) -> None:
+    """Seconds of one forward + backward over `tokens` tokens (one sequence, LoRA-free), float32 vs bf16 autocast.
+
+    The actor's update and old-log-prob passes are this computation; verl's FSDP2 engine with
+    `mixed_precision.param_dtype=bfloat16` casts the float32 master weights to bf16 for it, as autocast does here."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, attn_implementation="sdpa")
+    network.train()
+    ids = torch.randint(0, 10_000, (1, tokens), generator=torch.Generator().manual_seed(0))
+    print(f"update step: {model.name}, fp32 master weights, {torch.get_num_threads()} threads, {tokens} tokens")
+    print("compute | forward s | forward + backward s | load avg")
+    print("--- | --- | --- | ---")
+    for compute in ("float32", "bfloat16"):
+        forward, both = [], []
+        for _ in range(repeats):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=compute == "bfloat16"):
+                started = time.perf_counter()
+                with torch.no_grad():
+                    network(input_ids=ids).logits.float().log_softmax(-1)
+                forward.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                loss = network(input_ids=ids).logits.float().log_softmax(-1)[0, :, 0].mean()
+            loss.backward()
+            both.append(time.perf_counter() - started)
+            network.zero_grad(set_to_none=True)
+        print(
+            f"{compute} | {statistics.median(forward):.2f} | {statistics.median(both):.2f} | {os.getloadavg()[0]:.1f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", choices=["tiny", "0.5b"], help="run the smoke recipe with it")
@@ -271,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--decode-step", choices=["tiny", "0.5b"], help="time single decoding steps, plain vs weight-major matmul"
     )
+    parser.add_argument(
+        "--update-step", choices=["tiny", "0.5b"], help="time an actor forward + backward, float32 vs bf16 autocast"
+    )
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="--decode-step's dtype")
+    parser.add_argument("--tokens", type=int, default=1024, help="--update-step's sequence length")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--groups", type=int, default=2, help="distinct prompts among the rows")
     parser.add_argument("--prompt-tokens", type=int, default=450)
@@ -281,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         "--plain-matmul", action="store_true", help="time the rollout without its weight-major linear layers"
     )
     args = parser.parse_args(argv)
-    if not args.model and not args.metrics and not args.rollout and not args.decode_step:
-        parser.error("give --model, --metrics, --rollout and/or --decode-step")
+    if not (args.model or args.metrics or args.rollout or args.decode_step or args.update_step):
+        parser.error("give --model, --metrics, --rollout, --decode-step and/or --update-step")
     for metrics_file in args.metrics or []:
         print_table(metrics_file.parent.name, step_rows(metrics_file), None)
     with tempfile.TemporaryDirectory(prefix="train-cpu-bench-") as tmp:
@@ -302,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
                 not args.plain_matmul,
             )
         if args.decode_step:
-            decode_step_benchmark(model_dir(args.decode_step, work), context=400, steps=16)
+            decode_step_benchmark(model_dir(args.decode_step, work), context=400, steps=16, dtype=args.dtype)
+        if args.update_step:
+            update_step_benchmark(model_dir(args.update_step, work), args.tokens, repeats=3)
     return 0
 
 

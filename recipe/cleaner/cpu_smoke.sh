@@ -38,7 +38,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${TEST_FREQ:=$TOTAL_TRAINING_STEPS}"
 : "${N_GPUS_PER_NODE:=1}"
 : "${OFFLOAD:=False}"
-: "${DTYPE:=float32}"
+: "${DTYPE:=float32}"              # the actor's compute dtype (FSDP2 mixed precision; master weights stay float32)
+: "${ROLLOUT_DTYPE:=float32}"      # the rollout copy's weights: float32 or bfloat16
 # LoRA (verl's own, on all linear layers) instead of full fine-tuning when > 0: make train-cpu uses it for the 0.5B
 # model, whose full fine-tuning state (weights, gradients, Adam) would not fit next to the rollout in 24 GB.
 : "${LORA_RANK:=0}"
@@ -115,15 +116,15 @@ fi
 export TRAIN_FILES VAL_FILES
 
 # Training precision: verl's FSDP engine ignores fsdp_config.dtype and, without fsdp_config.mixed_precision,
-# casts parameters to bf16 under bf16 autocast; on a CPU without AVX-512 BF16 those matmuls take a slow path
-# (about 10x slower than fp32 here), so the precision is set explicitly from DTYPE.
+# casts parameters to bf16 for its forward and backward passes; the precision is set explicitly from DTYPE
+# (float32 masters either way). ROLLOUT_DTYPE is the dtype of the rollout server's copy of the weights.
 # In the background, in its own process group, so that a signal to this script stops the run at once (bash
 # would run the trap only after a foreground command returns).
 set -m
 cleaner_train tools \
     "actor_rollout_ref.rollout.name=$ROLLOUT_BACKEND" \
     actor_rollout_ref.rollout.checkpoint_engine.backend=naive \
-    actor_rollout_ref.rollout.dtype=float32 \
+    "actor_rollout_ref.rollout.dtype=$ROLLOUT_DTYPE" \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
     actor_rollout_ref.rollout.agent.num_workers=1 \
     "+actor_rollout_ref.rollout.engine_kwargs.cpu.max_new_tokens=$MAX_NEW_TOKENS" \

@@ -6,11 +6,11 @@ from __future__ import annotations
 class RolloutConfig:
     """The fields of verl's rollout config the server reads; keywords become `engine_kwargs.cpu`."""
 
-    dtype = "float32"
     prompt_length = 64
     seed = 0
 
-    def __init__(self, response_length: int = 8, max_new_tokens: int = 6, **engine_options):
+    def __init__(self, response_length: int = 8, max_new_tokens: int = 6, dtype: str = "float32", **engine_options):
+        self.dtype = dtype
         self.response_length = response_length
         self.engine_kwargs = {"cpu": {"max_new_tokens": max_new_tokens, **engine_options}}
 

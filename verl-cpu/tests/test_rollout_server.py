@@ -467,3 +467,25 @@ async def test_a_failed_decoding_step_fails_every_row_of_the_batch_and_the_serve
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert [str(outcome) for outcome in outcomes] == ["decoding failed"] * 3
     assert (await server.generate(prompt, dict(SAMPLED), request_id="next")).token_ids
+
+
+async def test_a_bfloat16_rollout_holds_bf16_weights_synced_from_float32_masters(
+    make_server, tiny_model_dir, tokenizer
+):
+    server = make_server(dtype="bfloat16")
+    await server.launch()
+    assert {parameter.dtype for parameter in server.model.parameters()} == {torch.bfloat16}
+    adapter = CpuServerAdapter(RolloutConfig(dtype="bfloat16"), ModelConfig(tiny_model_dir, tokenizer), None, 0)
+    adapter._server = _LocalHandle(server)
+    master = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    head = master.lm_head.weight.detach() * 3  # a float32 update the server has not seen
+    await adapter.update_weights(iter([("lm_head.weight", head)]), global_steps=1)
+    assert torch.equal(server.model.lm_head.weight, head.to(torch.bfloat16))
+    prompt = _prompt(tokenizer, "hello")
+    out = await server.generate(prompt, dict(GREEDY), request_id="bf16")
+    with torch.no_grad():
+        logits = server.model(torch.tensor([prompt + out.token_ids])).logits[0].float()
+    expected = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    rows = torch.arange(len(out.token_ids))
+    # The log-probs of the bf16 model's own distribution (what verl's rollout-correction metrics compare).
+    assert out.log_probs == pytest.approx(expected[rows, torch.tensor(out.token_ids)].tolist(), abs=2e-2)
