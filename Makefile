@@ -77,9 +77,10 @@ clean:
 # resume from that checkpoint for a 3rd step. Everything goes to train-cpu-output/; all it starts is stopped.
 # LoRA rank 16 (docs/train-cpu.md: full fine-tuning of the 0.5B model needs about 20 GB). Without gradient
 # checkpointing the LoRA update skips a recomputed forward pass (about 15 s a step) for 5 GB more at its peak.
-# bf16 rollout weights (float32 masters in the actor); rollout log-probs on, so verl's rollout/actor mismatch
-# metrics and rollback/offpolicy/* appear. TRAIN_CPU_PRECISION= gives the all-float32 run.
-TRAIN_CPU_PRECISION ?= ROLLOUT_DTYPE=bfloat16
+# bf16 rollout weights and bf16 actor compute (float32 master weights, gradients reduced in float32); rollout
+# log-probs on, so verl's rollout/actor mismatch metrics and rollback/offpolicy/* appear.
+# TRAIN_CPU_PRECISION= gives the all-float32 run (benchmarks/README.md: what each costs or saves).
+TRAIN_CPU_PRECISION ?= ROLLOUT_DTYPE=bfloat16 DTYPE=bfloat16
 TRAIN_CPU_ENV ?= LORA_RANK=16 ACTOR_LR=1e-5 GRADIENT_CHECKPOINTING=False CALCULATE_LOG_PROBS=True $(TRAIN_CPU_PRECISION)
 .PHONY: train-cpu
 train-cpu: setup

@@ -37,8 +37,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "reward", "old_log_prob", "update_actor", "update_weights", "step")
-# As `make train-cpu` runs each model (its TRAIN_CPU_ENV): the 0.5B model with LoRA (docs/train-cpu.md).
+# As `make train-cpu` runs each model (its TRAIN_CPU_ENV): the 0.5B model with LoRA (docs/train-cpu.md), rollout
+# log-probs on; `--precision` picks its TRAIN_CPU_PRECISION (bf16: rollout weights and actor compute in bf16).
 MODEL_ENV = {"tiny": {}, "0.5b": {"LORA_RANK": "16", "ACTOR_LR": "1e-5", "GRADIENT_CHECKPOINTING": "False"}}
+PRECISION_ENV = {
+    "bf16": {"ROLLOUT_DTYPE": "bfloat16", "DTYPE": "bfloat16", "CALCULATE_LOG_PROBS": "True"},
+    "fp32": {"ROLLOUT_DTYPE": "float32", "DTYPE": "float32", "CALCULATE_LOG_PROBS": "True"},
+}
 
 
 def model_dir(name: str, work: Path) -> Path:
@@ -142,7 +147,8 @@ def trajectory_count(row: dict) -> int:
 
 def print_table(label: str, rows: list[dict], stats: RunStats | None) -> None:
     header = ["model", "step"] + [f"{phase} s" for phase in PHASES]
-    header += ["tokens", "gen tok/s", "train tok/s", "peak GiB (PSS)", "load avg"]
+    # verl's per-token |p_actor - p_rollout| (training/rollout_probs_diff_*, present when rollout log-probs are on).
+    header += ["tokens", "gen tok/s", "train tok/s", "rollout-actor |Δp| mean/max", "peak GiB (PSS)", "load avg"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for row in rows:
@@ -153,6 +159,11 @@ def print_table(label: str, rows: list[dict], stats: RunStats | None) -> None:
             str(total_tokens),
             f"{response_tokens / row['timing_s/gen']:.1f}",
             f"{total_tokens / row['timing_s/update_actor']:.1f}",
+            (
+                f"{row['training/rollout_probs_diff_mean']:.4f} / {row['training/rollout_probs_diff_max']:.3f}"
+                if "training/rollout_probs_diff_mean" in row
+                else "n/a"
+            ),
             "n/a" if stats is None else f"{stats.peak_bytes / 2**30:.1f}",
             "n/a" if stats is None else f"{stats.mean_load:.1f}",
         ]
@@ -302,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", action="append", choices=["tiny", "0.5b"], help="run the smoke recipe with it")
     parser.add_argument("--metrics", type=Path, action="append", help="read an existing run's metrics.jsonl")
     parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--precision", choices=sorted(PRECISION_ENV), default="bf16", help="--model runs' dtypes")
     parser.add_argument("--rollout", choices=["tiny", "0.5b"], help="time the rollout sampler alone with it")
     parser.add_argument(
         "--decode-step", choices=["tiny", "0.5b"], help="time single decoding steps, plain vs weight-major matmul"
@@ -328,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="train-cpu-bench-") as tmp:
         work = Path(tmp)
         for name in args.model or []:
-            metrics_file, stats = run_smoke(model_dir(name, work), work / f"run-{name}", args.steps, MODEL_ENV[name])
+            env = {**MODEL_ENV[name], **PRECISION_ENV[args.precision]}
+            metrics_file, stats = run_smoke(model_dir(name, work), work / f"run-{name}", args.steps, env)
             print_table(name, step_rows(metrics_file), stats)
         if args.rollout:
             rollout_benchmark(

@@ -56,7 +56,9 @@ read -r TRAIN VAL < <("$PYTHON" "$HERE/arithmetic_data.py" "$OUT_DIR/data")
     actor_rollout_ref.ref.use_torch_compile=False \
     actor_rollout_ref.actor.fsdp_config.model_dtype=fp32 \
     "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:$ACTOR_DTYPE,reduce_dtype:float32,buffer_dtype:float32}" \
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$((4 * (MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH)))" \
     actor_rollout_ref.rollout.name=cpu \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.mode=async \
     "actor_rollout_ref.rollout.n=$ROLLOUT_N" \
     "actor_rollout_ref.rollout.dtype=$ROLLOUT_DTYPE" \
