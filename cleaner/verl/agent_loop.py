@@ -508,7 +508,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             )
             raise SaarConfigError(
                 f"actor_rollout_ref.rollout.multi_turn.{key} needs an inference server that returns prompt log-probs "
-                f"(sampling param prompt_logprobs, verl's vLLM/SGLang servers and cleaner_cpu do): {error}. "
+                f"(sampling param prompt_logprobs: verl's vLLM and SGLang servers and the `cpu` rollout do): {error}. "
                 f"Unset {key} or use such a backend."
             ) from error
 
