@@ -75,7 +75,7 @@ def train_one_scripted_step(
         "MAX_RESPONSE_LENGTH": "384",
         "TEST_FREQ": "-1",  # no validation pass: the step is what is under test
         "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
-        "VERL_USE_EXTERNAL_MODULES": "cleaner.verl.cpu.plugin,cpu_scripted_backend",
+        "VERL_USE_EXTERNAL_MODULES": "verl_cpu.plugin,cpu_scripted_backend",
         dump_env: str(work / "batch.pkl"),
         **extra_env,
     }

@@ -82,7 +82,7 @@ def run(tmp_path_factory, tiny_model_dir, judge_url):
         # v1 on CPU: TransferQueue's actors each hold a logical Ray CPU (docs/train-cpu.md)
         "TRAINER_USE_V1": "True",
         "RAY_NUM_CPUS": "4",
-        "VERL_USE_EXTERNAL_MODULES": f"cleaner.verl.cpu.plugin,cpu_scripted_backend,{MODULE}",
+        "VERL_USE_EXTERNAL_MODULES": f"verl_cpu.plugin,cpu_scripted_backend,{MODULE}",
     }
     overrides = [
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",

@@ -2,12 +2,16 @@
 
 The tiny random Qwen2 model is the actor (FSDP2 on gloo); rollouts come from the scripted backend
 (`cpu_scripted_backend.py`), registered through the same route as `cleaner_cpu`: every trajectory's first
-code cell fails (NameError for one problem, SyntaxError for the other), SAAR resamples, the fix succeeds and
-the failure is rolled back (shallow for the one-identifier fix, deep for the rewritten one). The tool runs
-against a real code-judge and the reward is CLEANER's. Checked: the step finished; the rollback/* and
-tool_calls/* metrics reached verl's logger with the counts of that script; the batch the actor trained on
-holds the purified trajectories; the loss is finite, the gradient non-zero, the weights changed; the
-checkpoint was written and loads.
+code cell fails (NameError for one problem, SyntaxError for the other), SAAR resamples and the fix succeeds.
+The run has SAAR's off-policy options on: the IS gate (`rollback_is_threshold`, Plan B) scores each fix in its
+purified context through the backend's `prompt_logprobs` answer, which gives one trajectory per problem an IS
+ratio of 1 (replaced: shallow for the one-identifier fix, deep for the rewritten one) and the other a tiny ratio
+(appended: the failure stays); the replaced ones train with verl's token-level rollout IS (Plan C,
+`rollback_is_correction`); rollout log-probs are on, so the `rollback/offpolicy/*` metrics are logged. The tool
+runs against a real code-judge and the reward is CLEANER's. Checked: the step finished; the rollback/*,
+tool_calls/* and offpolicy metrics reached verl's logger with the counts of that script; the batch the actor
+trained on holds the purified and the appended trajectories, and verl's IS weights on spliced tokens are
+exp(old - rollout); the loss is finite, the gradient non-zero, the weights changed; the checkpoint loads.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import math
 
 import pytest
 import torch
-from cpu_scripted_backend import BATCH_DUMP_ENV, PROBLEMS
+from cpu_scripted_backend import BATCH_DUMP_ENV, PROBLEMS, SAMPLED_LOGPROB
 from scripted_training import TEST_TIMEOUT_S
 
 ROLLOUT_N = 2
@@ -35,7 +39,12 @@ def run(tmp_path_factory, tiny_model_dir, judge_url):
         judge_url,
         ROLLOUT_N,
         BATCH_DUMP_ENV,
-        {},
+        {
+            "CALCULATE_LOG_PROBS": "True",
+            "ROLLBACK_IS_THRESHOLD": "0.5",
+            "ROLLBACK_IS_CORRECTION": "True",  # with rollout_is=token
+            "ROLLOUT_IS": "token",
+        },
         ["actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"],
     )
 
@@ -48,8 +57,13 @@ def test_the_step_finished_and_rollback_and_tool_metrics_reached_the_logger(run)
         "rollback/triggered": TRAJECTORIES,
         "rollback/recovered": TRAJECTORIES,
         "rollback/failed": 0,
-        "rollback/shallow": ROLLOUT_N,
-        "rollback/deep": ROLLOUT_N,
+        # the gate replaced one trajectory per problem (one shallow, one deep) and appended the other
+        "rollback/shallow": 1,
+        "rollback/deep": 1,
+        "rollback/planb_replace_count": len(PROBLEMS),
+        "rollback/planb_append_count": len(PROBLEMS),
+        "rollback/planb_append_rate": 0.5,
+        "rollback/is_gate_appended": len(PROBLEMS),
         "rollback/retries": TRAJECTORIES,
         "rollback/trajectories_with_rollback": TRAJECTORIES,
         "tool_calls/total": 2 * TRAJECTORIES,
@@ -59,17 +73,26 @@ def test_the_step_finished_and_rollback_and_tool_metrics_reached_the_logger(run)
         "tool_calls/failure_reason/syntax_error": ROLLOUT_N,
     }
     assert {key: metrics[key] for key in expected} == expected
+    # rollout log-probs are on: the spliced tokens of the two replaced trajectories against the control
+    offpolicy = "rollback/offpolicy/"
+    assert metrics[offpolicy + "spliced/spans"] == 2
+    assert metrics[offpolicy + "shallow/spans"] == metrics[offpolicy + "deep/spans"] == 1
+    assert metrics[offpolicy + "control/tokens"] > 0 and math.isfinite(metrics[offpolicy + "control/log_ratio_mean"])
+    # the random tiny model gives the scripted tokens far less than the backend's -0.5: IS ratios well below 0.5
+    assert metrics[offpolicy + "spliced/span_share_below_0.5"] == 1
+    assert any(key.startswith("rollout_corr/") for key in metrics)  # verl's token-level IS ran
     for phase in ("gen", "reward", "old_log_prob", "update_actor", "update_weights", "step"):
         assert metrics[f"timing_s/{phase}"] >= 0
 
 
-def test_the_actor_trained_on_purified_trajectories(run, tiny_model_dir):
+def test_the_actor_trained_on_purified_and_appended_trajectories_with_is_weights(run, tiny_model_dir):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     tensors, columns = run["batch"]["tensors"], run["batch"]["columns"]
     assert tensors["responses"].shape[0] == TRAJECTORIES
     response_width = tensors["responses"].shape[1]
+    decisions = []
     for row in range(TRAJECTORIES):
         problem = next(p for p in PROBLEMS if p.marker in str(columns["raw_prompt"][row]))
         present = tensors["attention_mask"][row, -response_width:].bool()
@@ -77,17 +100,33 @@ def test_the_actor_trained_on_purified_trajectories(run, tiny_model_dir):
         response_ids = tensors["responses"][row]
         whole = tokenizer.decode(response_ids[present])
         model_part = tokenizer.decode(response_ids[trained])
-        # The failure and the error text are gone; the fix is what the model said, and what it is trained on.
-        assert problem.error_name not in whole and problem.failing not in whole
-        assert problem.fixed in model_part
-        # The tool's output is in the context but masked out of the loss.
-        assert "<tool_response>" in whole and "<tool_response>" not in model_part
-        assert (trained & ~present).sum() == 0
-        # The retry's tokens are the spliced span the SAAR stats point at, inside the trained tokens.
+        [event] = columns["saar_rollback_events"][row]
+        decisions.append((problem.marker, event["is_decision"]))
         spans = columns["saar_spliced_spans"][row]
-        assert len(spans) == 1 and columns["saar_spliced_tokens"][row] == spans[0][1] - spans[0][0] > 0
-        spliced = tokenizer.decode(response_ids[spans[0][0] : spans[0][1]])
-        assert problem.fixed.splitlines()[0] in spliced
+        # The tool's output is in the context but masked out of the loss; the fix is what the model is trained on.
+        assert "<tool_response>" in whole and "<tool_response>" not in model_part
+        assert problem.fixed in model_part and (trained & ~present).sum() == 0
+        if event["is_decision"] == "append":
+            # Plan B kept the failure: failed call, its error (mask 0) and the fix, exactly as without SAAR.
+            assert problem.failing in model_part and problem.error_name in whole and spans == []
+            assert event["log_is_ratio"] < math.log(0.5)
+            continue
+        # Replaced: the failure and the error text are gone; the retry's tokens are the spliced span.
+        assert problem.error_name not in whole and problem.failing not in whole
+        [[start, end, _, kind]] = spans
+        assert kind == event["mode"] and columns["saar_spliced_tokens"][row] == end - start > 0
+        assert problem.fixed.splitlines()[0] in tokenizer.decode(response_ids[start:end])
+        # Plan C: the spliced tokens keep the log-probs they were sampled with (the error context), and verl's
+        # token-level IS weight there is exp(old - rollout) (truncated at rollout_is_threshold, 2.0).
+        spliced = torch.zeros_like(trained)
+        spliced[start:end] = True
+        spliced &= trained
+        rollout = tensors["rollout_log_probs"][row][spliced]
+        assert torch.all(rollout == SAMPLED_LOGPROB)
+        expected = torch.exp(tensors["old_log_probs"][row][spliced] - rollout).clamp(max=2.0)
+        torch.testing.assert_close(tensors["rollout_is_weights"][row][spliced], expected, rtol=1e-4, atol=1e-12)
+    # one trajectory of each problem appended, the other replaced
+    assert sorted(decisions) == sorted((p.marker, d) for p in PROBLEMS for d in ("append", "replace"))
     advantages = tensors["advantages"][tensors["response_mask"].bool()]
     assert advantages.abs().max() > 0  # right and wrong answers in each group
 
