@@ -142,3 +142,12 @@ def test_a_failed_cpu_run_stops_the_judge_it_started(tmp_path):
     assert (tmp_path / "out" / "judge.log").exists()  # the script's own judge answered, then was stopped
     assert "judge:" not in result.stderr
     assert left == []
+
+
+@pytest.mark.parametrize("platform", ["gpu", "cpu"])
+def test_the_evaluated_weights_are_model_path_not_a_checkpoint_in_the_output_dir(tmp_path, platform):
+    """verl's default resume mode (auto) loads the latest checkpoint under trainer.default_local_dir before the
+    validation pass: with OUTPUT_DIR set to a training run's directory it would evaluate that step instead."""
+    [args] = commands(run_script("eval_livecodebench.sh", tmp_path, PLATFORM=platform))
+    resume = [a for a in args if a.startswith("trainer.resume_mode=")]
+    assert resume == ["trainer.resume_mode=disable"]

@@ -59,11 +59,14 @@ cleaner_eval_file() {
 
 cleaner_eval_benchmarks() {
     local bench generations=()
+    # MODEL_PATH is what gets evaluated: verl's default resume mode would load the latest checkpoint it finds in
+    # $OUTPUT_DIR/checkpoints instead (e.g. with OUTPUT_DIR set to the training run's directory).
+    local overrides=(trainer.resume_mode=disable "$@")
     for bench in $BENCHMARKS; do
         if [[ "$PLATFORM" == "cpu" ]]; then
-            cleaner_eval_cpu_validate "$MODE" "$bench" "$(cleaner_eval_file "$bench")" "$@"
+            cleaner_eval_cpu_validate "$MODE" "$bench" "$(cleaner_eval_file "$bench")" "${overrides[@]}"
         else
-            cleaner_validate "$MODE" "$bench" "$(cleaner_eval_file "$bench")" "$@"
+            cleaner_validate "$MODE" "$bench" "$(cleaner_eval_file "$bench")" "${overrides[@]}"
         fi
         generations+=(--generations "$bench=$OUTPUT_DIR/generations/$bench")
     done
