@@ -18,10 +18,10 @@ from cleaner.evaluation.report import summarize as eval_summarize
 from cleaner.report.page import render_report
 from cleaner.rollout.driver import RolloutRunner, RolloutSettings
 from cleaner.rollout.problems import Problem
-from cleaner.trajectory.summary import summarize as rollout_summarize
-from cleaner.trajectory.summary import summary_rows
 from cleaner.saar.stats import SCALAR_EXTRA_FIELD_KEYS
 from cleaner.trajectory.store import read_records
+from cleaner.trajectory.summary import summarize as rollout_summarize
+from cleaner.trajectory.summary import summary_rows
 from cleaner.verl.saar_metrics import aggregate_saar_metrics, rows_from_columns
 from support.scripted_llm import ScriptedLLMServer, ScriptedPythonTool, tool_call_text
 
