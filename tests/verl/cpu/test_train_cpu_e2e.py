@@ -1,8 +1,8 @@
 """verl's real trainer (`python -m verl.trainer.main_ppo` via recipe/cleaner/cpu_smoke.sh) for one GRPO step on CPU.
 
 The tiny random Qwen2 model is the actor (FSDP2 on gloo); rollouts come from the scripted backend
-(`cpu_scripted_backend.py`), registered through the same route as `cleaner_cpu`: every trajectory's first
-code cell fails (NameError for one problem, SyntaxError for the other), SAAR resamples and the fix succeeds.
+(`cpu_scripted_backend.py`), registered through the same route as verl_cpu's `cpu` backend: every trajectory's
+first code cell fails (NameError for one problem, SyntaxError for the other), SAAR resamples and the fix succeeds.
 The run has SAAR's off-policy options on: the IS gate (`rollback_is_threshold`, Plan B) scores each fix in its
 purified context through the backend's `prompt_logprobs` answer, which gives one trajectory per problem an IS
 ratio of 1 (replaced: shallow for the one-identifier fix, deep for the rewritten one) and the other a tiny ratio
