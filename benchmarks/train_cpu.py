@@ -38,10 +38,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "reward", "old_log_prob", "update_actor", "update_weights", "step")
 # As `make train-cpu` runs each model (its TRAIN_CPU_ENV): the 0.5B model with LoRA (docs/train-cpu.md), rollout
-# log-probs on; `--precision` picks its TRAIN_CPU_PRECISION (bf16: rollout weights and actor compute in bf16).
+# log-probs on; `--precision` picks its TRAIN_CPU_PRECISION (bf16: rollout weights and actor compute in bf16;
+# bf16-rollout: the rollout's weights only).
 MODEL_ENV = {"tiny": {}, "0.5b": {"LORA_RANK": "16", "ACTOR_LR": "1e-5", "GRADIENT_CHECKPOINTING": "False"}}
 PRECISION_ENV = {
     "bf16": {"ROLLOUT_DTYPE": "bfloat16", "DTYPE": "bfloat16", "CALCULATE_LOG_PROBS": "True"},
+    "bf16-rollout": {"ROLLOUT_DTYPE": "bfloat16", "DTYPE": "float32", "CALCULATE_LOG_PROBS": "True"},
     "fp32": {"ROLLOUT_DTYPE": "float32", "DTYPE": "float32", "CALCULATE_LOG_PROBS": "True"},
 }
 
