@@ -163,8 +163,8 @@ def test_real_model_rollout_with_saar(rollouts, gguf):
         assert "".join(p["text"] for p in record["pieces"]) == tokenizer.decode(ids, skip_special_tokens=False)
         assert record["response"] == tokenizer.decode(ids, skip_special_tokens=True)
         assert record["saar_rollback_enabled"] == 1
-        for start, end, attempt in record["saar_spliced_spans"]:
-            assert 0 <= start < end <= len(ids) and attempt >= 1
+        for start, end, attempt, kind in record["saar_spliced_spans"]:
+            assert 0 <= start < end <= len(ids) and attempt >= 1 and kind in ("shallow", "deep", "exhausted")
             assert all(mask[start:end]), "spliced tokens are model tokens"
         recovered = [e for e in record["saar_rollback_events"] if e["mode"] != "failed"]
         assert record["saar_rollbacks_recovered"] == len(recovered)
