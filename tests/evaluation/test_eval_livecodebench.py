@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -11,20 +10,13 @@ import pytest
 
 from cleaner.data.prepare import PrepareConfig, prepare_rows
 from cleaner.data.rows import read_rows
-from cleaner.evaluation import cli as eval_cli
 from cleaner.evaluation.livecodebench import extract_program, hidden_tests, runnable_program
+from support.cli import run_cli
 
 SAMPLES = Path(__file__).resolve().parents[2] / "dataset" / "samples"
 SUM_OK = "n = int(input())\nprint(n * (n + 1) // 2)\n"
 SUM_WRONG = "n = int(input())\nprint(n * n)\n"
 MAX_OK = "print(max(map(int, input().split())))\n"
-
-
-def run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    eval_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["eval", *argv])
-    return args.func(args)
 
 
 def answer(code: str | None) -> str:
@@ -67,7 +59,10 @@ def test_extract_program_takes_the_last_block_after_thinking():
 def test_export_is_the_official_custom_format(tmp_path, lcb_files):
     dataset, dump = lcb_files
     output = tmp_path / "custom.json"
-    assert run_cli("lcb-export", "--generations", str(dump), "--dataset", str(dataset), "--output", str(output)) == 0
+    assert (
+        run_cli("eval", "lcb-export", "--generations", str(dump), "--dataset", str(dataset), "--output", str(output))
+        == 0
+    )
     assert json.loads(output.read_text()) == [
         {"question_id": "synthetic-lcb-001", "code_list": [SUM_OK, SUM_WRONG]},
         {"question_id": "synthetic-lcb-002", "code_list": [MAX_OK, ""]},
@@ -81,6 +76,7 @@ def test_unknown_ground_truth_is_an_error(tmp_path, lcb_files, caplog):
     output = tmp_path / "x.json"
     assert (
         run_cli(
+            "eval",
             "lcb-export",
             "--generations",
             str(dump),
@@ -112,6 +108,7 @@ def test_scoring_on_the_real_judge(tmp_path, lcb_files, judge_url):
     out = tmp_path / "scored"
     assert (
         run_cli(
+            "eval",
             "lcb-score",
             "--generations",
             str(dump),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -11,18 +10,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cleaner.evaluation import cli as eval_cli
 from cleaner.evaluation.generations import load_samples
 from cleaner.evaluation.report import results_table, summarize
 from cleaner.saar.outcome import ErrorCategory
 from cleaner.saar.stats import TrajectoryStats
-
-
-def run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    eval_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["eval", *argv])
-    return args.func(args)
+from support.cli import run_cli
 
 
 def saar_fields(failures: dict[str, int] | None = None, **counters: int) -> dict:
@@ -84,7 +76,9 @@ def test_verl_dump_table(tmp_path, capsys):
     dump = verl_dump(tmp_path / "aime24")
     out = tmp_path / "results"
     assert (
-        run_cli("score", "--generations", f"AIME2024={dump}", "--output-dir", str(out), "--run", "test_time_saar=on")
+        run_cli(
+            "eval", "score", "--generations", f"AIME2024={dump}", "--output-dir", str(out), "--run", "test_time_saar=on"
+        )
         == 0
     )
     saved = json.loads((out / "results.json").read_text())
@@ -250,7 +244,10 @@ def test_the_printed_table_keeps_every_header_and_name_whole_in_a_log_file(tmp_p
     """`make eval-cpu` and cluster jobs write the table to a file, where rich assumes 80 columns."""
     monkeypatch.delenv("COLUMNS", raising=False)
     dump = verl_dump(tmp_path / "val")
-    assert run_cli("score", "--generations", f"livecodebench-v6 (SAAR on)={dump}", "--output-dir", str(tmp_path)) == 0
+    assert (
+        run_cli("eval", "score", "--generations", f"livecodebench-v6 (SAAR on)={dump}", "--output-dir", str(tmp_path))
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if "┃" in line and "benchmark" in line)
     assert [cell.strip() for cell in header.split("┃")[1:4]] == ["benchmark", "problems", "samples"]

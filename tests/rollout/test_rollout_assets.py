@@ -23,11 +23,6 @@ from cleaner.rollout.problems import load_problems
 pytestmark = pytest.mark.real_model  # reads the demo GGUF
 
 
-@pytest.fixture(scope="module")
-def gguf():
-    return resolve_model_path(None)
-
-
 def test_chunks_are_found_in_order_through_package_metadata():
     paths = chunk_paths(QWEN25_CODER_05B)
     assert [p.name for p in paths] == [f"part{i:02d}.bin" for i in range(1, 7)]
