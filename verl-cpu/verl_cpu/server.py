@@ -1,7 +1,7 @@
 """The CPU rollout server: verl's token-in/token-out `generate()` over a transformers model, one Ray actor.
 
 verl's agent loops call `await server.generate.remote(request_id=, prompt_ids=, sampling_params=, ...)`
-concurrently (one call per turn of every trajectory). They share one `generation.DecodingBatch`: calls that
+concurrently (one call per turn of every trajectory). They share one `decoding.DecodingBatch`: calls that
 arrive while it decodes join it at the next decoding step (up to `rollout.max_num_seqs` rows), so a trajectory
 back from its tool call does not wait for the slowest row of the others' turns. A weight sync
 (`begin_weight_update`, `load_weights` per bucket, `finish_weight_update`) waits until the batch has drained

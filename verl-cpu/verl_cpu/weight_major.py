@@ -1,9 +1,9 @@
 """Weight-major matrix products for the few rows a decoding step feeds through each linear layer.
 
 `nn.Linear` computes x·Wᵀ. With a handful of rows (one token for each of ≤ 8 decoding rows) MKL's float32
-GEMM handles that layout poorly on AVX2 CPUs; the same product taken as (W·xᵀ)ᵀ, the weight's output dimension
-as the long side, runs in 45 ms instead of 100 ms for the 0.5B model's LM head and 8 rows, and one decoding
-step of 8 rows takes 200 ms instead of 285 ms (docs/train-cpu.md, "Rollout speed"). From about 256 rows
+GEMM handles that layout poorly; the same product taken as (W·xᵀ)ᵀ, the weight's output dimension as the long
+side, makes one float32 decoding step of the 0.5B model take 199 ms instead of 218 ms for 8 rows and 73 instead
+of 82 ms for one (bf16: 118 against 112 ms for 8 rows, 102 against 125 ms for one; benchmarks/README.md). From about 256 rows
 (prefills) the two layouts cost the same and the copy back to row-major would be wasted, so those keep x·Wᵀ.
 The values are the same product up to float32 rounding order."""
 
