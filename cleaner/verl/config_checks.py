@@ -104,24 +104,29 @@ def _multi_turn(config: DictConfig) -> Any:
     return OmegaConf.select(config, MULTI_TURN) or {}
 
 
-# Public paths that were retired, and the one path each class has now.
-RETIRED_PATHS = {
-    "cleaner.plugin.SaarMultiTurnConfig": "cleaner.verl.multi_turn_config.SaarMultiTurnConfig",
-    "cleaner.agent_loop_manager.CleanerAgentLoopManager": "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager",
+# Names that were retired, per key, and the one name each thing has now: Hydra would report only "Error locating
+# target" from inside a worker, and verl an unknown rollout.
+RETIRED_NAMES = {
+    "actor_rollout_ref.rollout.multi_turn._target_": {
+        "cleaner.plugin.SaarMultiTurnConfig": "cleaner.verl.multi_turn_config.SaarMultiTurnConfig",
+    },
+    "actor_rollout_ref.rollout.agent.agent_loop_manager_class": {
+        "cleaner.agent_loop_manager.CleanerAgentLoopManager": "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager",
+    },
+    "actor_rollout_ref.rollout.name": {"cleaner_cpu": "cpu"},  # the CPU backend lives in verl-cpu (verl_cpu)
 }
-_CLASS_KEYS = (
-    "actor_rollout_ref.rollout.multi_turn._target_",
-    "actor_rollout_ref.rollout.agent.agent_loop_manager_class",
-)
+RETIRED_ENGINE_KWARGS = "actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu"
 
 
-def retired_paths(config: DictConfig) -> list[str]:
-    """A class named by a retired path: Hydra would report only "Error locating target" from inside a worker."""
+def retired_names(config: DictConfig) -> list[str]:
+    """A retired class path or backend name, with the one to write instead."""
     problems = []
-    for key in _CLASS_KEYS:
+    for key, renamed in RETIRED_NAMES.items():
         value = OmegaConf.select(config, key)
-        if value in RETIRED_PATHS:
-            problems.append(f"{key}={value} is a retired path: write {key}={RETIRED_PATHS[value]}")
+        if value in renamed:
+            problems.append(f"{key}={value} is a retired name: write {key}={renamed[value]}")
+    if OmegaConf.select(config, RETIRED_ENGINE_KWARGS) is not None:
+        problems.append(f"{RETIRED_ENGINE_KWARGS} is a retired key: write actor_rollout_ref.rollout.engine_kwargs.cpu")
     return problems
 
 
@@ -213,7 +218,7 @@ def saar_log_prob_handling(config: DictConfig) -> list[str]:
 CONFIG_CHECKS: list[ConfigCheck] = [
     legacy_reward_keys,
     reference_trainer_keys,
-    retired_paths,
+    retired_names,
     overlong_buffer,
     saar_settings,
     saar_log_prob_handling,

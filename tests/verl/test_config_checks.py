@@ -290,10 +290,12 @@ def test_an_overlong_buffer_that_fits_or_is_off_passes():
     assert problems(trainer_config(reward={"reward_kwargs": off})) == []
 
 
-def test_a_retired_class_path_is_refused_naming_the_current_one():
+def test_a_retired_class_path_or_backend_name_is_refused_naming_the_current_one():
     config = trainer_config(
         actor_rollout_ref={
             "rollout": {
+                "name": "cleaner_cpu",
+                "engine_kwargs": {"cleaner_cpu": {"prefix_cache": True}},
                 "multi_turn": {"_target_": "cleaner.plugin.SaarMultiTurnConfig"},
                 "agent": {"agent_loop_manager_class": "cleaner.agent_loop_manager.CleanerAgentLoopManager"},
             }
@@ -301,9 +303,12 @@ def test_a_retired_class_path_is_refused_naming_the_current_one():
     )
     found = problems(config)
     assert found == [
-        "actor_rollout_ref.rollout.multi_turn._target_=cleaner.plugin.SaarMultiTurnConfig is a retired path: write "
+        "actor_rollout_ref.rollout.multi_turn._target_=cleaner.plugin.SaarMultiTurnConfig is a retired name: write "
         "actor_rollout_ref.rollout.multi_turn._target_=cleaner.verl.multi_turn_config.SaarMultiTurnConfig",
         "actor_rollout_ref.rollout.agent.agent_loop_manager_class=cleaner.agent_loop_manager.CleanerAgentLoopManager "
-        "is a retired path: write actor_rollout_ref.rollout.agent.agent_loop_manager_class="
+        "is a retired name: write actor_rollout_ref.rollout.agent.agent_loop_manager_class="
         "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager",
+        "actor_rollout_ref.rollout.name=cleaner_cpu is a retired name: write actor_rollout_ref.rollout.name=cpu",
+        "actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu is a retired key: write "
+        "actor_rollout_ref.rollout.engine_kwargs.cpu",
     ]
