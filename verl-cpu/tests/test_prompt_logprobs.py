@@ -87,3 +87,16 @@ def test_prompt_logprobs_and_detokenize_are_mapped_and_a_negative_count_refused(
     assert sampling_request([1, 2], {}, 8, 16, {9}).prompt_logprobs is None
     with pytest.raises(ValueError, match="prompt_logprobs must be None or >= 0"):
         sampling_request([1, 2], {"prompt_logprobs": -1}, 8, 16, {9})
+
+
+def test_prompt_log_probs_are_on_the_scale_of_the_sampled_log_probs(model, prompt):
+    """A sampled continuation, scored as a prompt at the same temperature, gets back the log-probs it was sampled with."""
+    [sampled] = generate_batch(
+        model, [SamplingRequest(prompt, max_tokens=6, temperature=0.7, seed=3)], pad_id=0, rng=torch.Generator()
+    )
+    whole = prompt + sampled.token_ids
+    _, _, scored = score_prompt(model, whole, 0, temperature=0.7)
+    rescored = [row[0] for row in scored.logprobs[len(prompt) - 1 : len(whole) - 1]]
+    assert rescored == pytest.approx(sampled.log_probs, abs=1e-4)
+    _, _, unscaled = score_prompt(model, whole, 0, temperature=1.0)
+    assert [row[0] for row in unscaled.logprobs[len(prompt) - 1 : len(whole) - 1]] != pytest.approx(rescored, abs=1e-4)
