@@ -52,8 +52,9 @@ def test_a_program_sleeping_exactly_the_limit_is_stopped_by_it(sandbox):
     limits = Limits(wall_time_s=2.0, cpu_time_s=5)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: sandbox.run("import time\ntime.sleep(2)", "", limits), range(4)))
-    stopped = (LimitHit.WALL_TIME, False, signal.SIGKILL)
-    assert [(r.limit_hit, r.run_success, r.signal) for r in results] == [stopped] * 4
+    # Killed at the cap, or ended by itself at the very cap: a timeout either way, never a success.
+    assert [(r.limit_hit, r.run_success) for r in results] == [(LimitHit.WALL_TIME, False)] * 4
+    assert all(r.signal in (signal.SIGKILL, None) for r in results)
     assert all(2.0 <= r.cost_s < 2.5 for r in results)
 
 
