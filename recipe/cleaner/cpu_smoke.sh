@@ -110,7 +110,7 @@ if cleaner_launching; then
     fi
 fi
 if [[ -z "${TRAIN_FILES:-}" ]]; then
-    read -r TRAIN_FILES VAL_FILES < <("$PYTHON" -m cleaner.verl.cpu.smoke_data "$OUTPUT_DIR/data" --val-count "$VAL_COUNT")
+    read -r TRAIN_FILES VAL_FILES < <("$PYTHON" -m cleaner.data.demo_train_files "$OUTPUT_DIR/data" --val-count "$VAL_COUNT")
 fi
 : "${VAL_FILES:=$TRAIN_FILES}"
 export TRAIN_FILES VAL_FILES

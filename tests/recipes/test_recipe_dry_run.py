@@ -15,9 +15,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from cleaner.recipes import dry_run as recipe_config
+from cleaner.recipes.overrides import translate_overrides
 from cleaner.saar.config import SaarConfig
-from cleaner.verl import recipe_config
-from cleaner.verl.recipe_overrides import translate_overrides
 from cleaner.verl.trainer_config import compose_trainer_config
 
 pytestmark = pytest.mark.slow  # composes every recipe with verl's Hydra config

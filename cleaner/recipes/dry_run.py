@@ -1,9 +1,9 @@
 """The recipes' config tooling: DRY_RUN=1, the preflight's config checks, the reading of a user's overrides.
 
-    python -m cleaner.verl.recipe_config OVERRIDE...              # DRY_RUN: compose, validate, print, exit
-    python -m cleaner.verl.recipe_config --preflight OVERRIDE...  # print what would stop a run, one per line
-    python -m cleaner.verl.recipe_config --translate RECIPE_OVERRIDE... -- USER_OVERRIDE...
-    python -m cleaner.verl.recipe_config --write-tool-config SRC DST JUDGE_URL
+    python -m cleaner.recipes.dry_run OVERRIDE...              # DRY_RUN: compose, validate, print, exit
+    python -m cleaner.recipes.dry_run --preflight OVERRIDE...  # print what would stop a run, one per line
+    python -m cleaner.recipes.dry_run --translate RECIPE_OVERRIDE... -- USER_OVERRIDE...
+    python -m cleaner.recipes.dry_run --write-tool-config SRC DST JUDGE_URL
 
 (`recipe/cleaner/compose_config.py` is the same command, the one `common.sh` runs.)
 
@@ -11,7 +11,7 @@ DRY_RUN composes verl's trainer config with a recipe's Hydra overrides, validate
 `verl.trainer.main_ppo` would, runs `cleaner.verl.config_checks` (the checks the trainer runs at start, the SAAR
 keys among them), checks the files the run will open (reward function, agent-loop and tool yaml), prints the
 config and exits. No GPU, no Ray. `--translate` rewrites the overrides a user appends so that the reference
-implementation's lines mean here what they meant there (`cleaner.verl.recipe_overrides`).
+implementation's lines mean here what they meant there (`cleaner.recipes.overrides`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from cleaner.names import AGENT_NAME
+from cleaner.recipes.overrides import translate_overrides
 from cleaner.tools.tool_config import write_tool_config
 from cleaner.verl.config_checks import TrainerConfigError, data_agent_problems, review_trainer_config
-from cleaner.verl.recipe_overrides import translate_overrides
 from cleaner.verl.trainer_config import compose_trainer_config
 
 CONFIG_MARKER = "--- composed config ---"

@@ -1,9 +1,9 @@
-"""Train and validation parquet files for the CPU smoke run, from the bundled demo problems.
+"""Train and validation parquet files for the CPU training run, from the bundled demo problems.
 
 The bundled problems (`cleaner/resources/demo_problems.jsonl`, package data) are already verl RLHF rows with
 `agent_name=cleaner_tool_agent`; they are copied with the data package's reader and parquet writer. The
 recipe's preflight then checks them like any training file (columns, the agent loop every row selects).
-Usage: `python -m cleaner.verl.cpu.smoke_data OUT_DIR [--val-count N]` prints the two paths.
+Usage: `python -m cleaner.data.demo_train_files OUT_DIR [--val-count N]` prints the two paths.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cleaner.data.rows import read_rows, write_parquet
 from cleaner.resources import DEMO_PROBLEMS, resource_path
 
 
-def write_smoke_data(out_dir: Path, val_count: int) -> tuple[Path, Path]:
+def write_demo_train_files(out_dir: Path, val_count: int) -> tuple[Path, Path]:
     """All bundled problems as the train file, the first `val_count` of them as the validation file."""
     source = resource_path(DEMO_PROBLEMS)
     rows = read_rows(source)
@@ -30,12 +30,12 @@ def write_smoke_data(out_dir: Path, val_count: int) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cleaner.verl.cpu.smoke_data", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m cleaner.data.demo_train_files", description=__doc__)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--val-count", type=int, default=2)
     args = parser.parse_args(argv)
     try:
-        paths = write_smoke_data(args.out_dir, args.val_count)
+        paths = write_demo_train_files(args.out_dir, args.val_count)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
