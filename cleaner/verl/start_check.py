@@ -3,7 +3,8 @@
 verl 0.9.1's `main_ppo.main` calls `verl.utils.config.validate_config(config, ...)` in the driver, before Ray starts
 and before any worker is created; the agent-loop manager (the other place cleaner sees the config) is built only
 after the actor and rollout workers. Importing this module wraps `validate_config` so that, for a config that
-selects a cleaner piece (`cleaner.verl.config_checks.uses_cleaner`), `review_start` runs there: cleaner's config
+selects a cleaner piece (`selects_cleaner`: the agent loop, manager, multi_turn class or reward manager),
+`review_start` runs there: cleaner's config
 checks (the SAAR keys among them) and the files the config names, then verl's own validation, then the run's
 inputs (model, data, judge: `cleaner.verl.run_inputs`). A problem stops the run there with `TrainerConfigError`
 naming the key. Other verl configs are left alone.
@@ -62,15 +63,25 @@ def review_start(config: DictConfig, verl_validate: Callable[[DictConfig], Any] 
     return StartReport(report.warnings, run_input_problems(config) + data_agent_problems(config))
 
 
+def selects_cleaner(config: DictConfig) -> bool:
+    """A cleaner piece in the rollout (`uses_cleaner`) or cleaner's reward manager (the no-tool recipes)."""
+    manager_module = OmegaConf.select(config, "reward.reward_manager.module.path")
+    return uses_cleaner(config) or str(manager_module or "").startswith("pkg://cleaner.")
+
+
 def _wrap(original: Callable) -> Callable:
     @functools.wraps(original)
     def validate_config(config: Any, *args: Any, **kwargs: Any) -> Any:
-        if not uses_cleaner(config):
-            return original(config, *args, **kwargs)
+        dry_run = os.environ.get(DRY_RUN_ENV) == "1"
+        if not selects_cleaner(config):
+            result = original(config, *args, **kwargs)
+            if dry_run:  # nothing of cleaner's to check, and still no training
+                _finish_dry_run(config, StartReport())
+            return result
         report = review_start(config, lambda checked: original(checked, *args, **kwargs))
         for warning in report.warnings:
             logger.warning("cleaner config: %s", warning)
-        if os.environ.get(DRY_RUN_ENV) == "1":
+        if dry_run:
             _finish_dry_run(config, report)
         if report.input_problems:
             raise TrainerConfigError("cannot start:\n" + "\n".join(report.input_problems))

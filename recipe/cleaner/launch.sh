@@ -14,6 +14,7 @@ if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then
 fi
 
 CLEANER_ROOT="${CLEANER_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+# shellcheck disable=SC2034  # the recipe scripts pass it to main_ppo as --config-dir
 CLEANER_CONFIG_DIR="$CLEANER_ROOT/recipe/cleaner/config"
 CLEANER_DEFAULT_JUDGE_URL="http://127.0.0.1:8088"
 : "${PYTHON:=python3}"

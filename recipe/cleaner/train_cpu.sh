@@ -9,6 +9,7 @@
 set -euo pipefail
 
 : "${MODEL_PATH:?set MODEL_PATH to a Hugging Face model directory (make train-cpu builds the 0.5B one)}"
+: "${PYTHON:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python}"
 # shellcheck source=recipe/cleaner/launch.sh
 source "$(dirname "${BASH_SOURCE[0]}")/launch.sh" # DRY_RUN, JUDGE_URL, the reference's override lines
 # shellcheck source=recipe/cleaner/cpu_process.sh

@@ -1,4 +1,4 @@
-"""recipe/cleaner/cpu_smoke.sh refuses bad input before starting anything, says what is wrong, and leaves nothing running."""
+"""recipe/cleaner/train_cpu.sh refuses bad input before starting anything, says what is wrong, and leaves nothing running."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def _run_smoke(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[int]]:
     """Run the recipe in a session of its own; return its result and the pids still in that session afterwards."""
     process = subprocess.Popen(
-        [str(ROOT / "recipe/cleaner/cpu_smoke.sh")],
+        [str(ROOT / "recipe/cleaner/train_cpu.sh")],
         env={**os.environ, "OUTPUT_DIR": str(tmp_path / "out"), **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
