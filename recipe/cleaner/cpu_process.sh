@@ -26,15 +26,21 @@ CPU_JUDGE_PID=""
 CPU_RUN_PID=""
 CPU_RAY_TMP=""
 
-# Stop the current run's process group (TERM, then KILL after 20 s) and the Ray cluster of its temp dir.
+# Stop a process group: TERM, then KILL if anything of it is left after 20 s; returns once the group is gone.
+cpu_stop_group() {
+    local group="$1"
+    kill -TERM -- "-$group" 2>/dev/null || return 0
+    for _ in $(seq 1 100); do
+        kill -0 -- "-$group" 2>/dev/null || return 0
+        sleep 0.2
+    done
+    kill -KILL -- "-$group" 2>/dev/null || true
+}
+
+# Stop the current run's process group and the Ray cluster of its temp dir.
 cpu_stop_run() {
-    if [[ -n "$CPU_RUN_PID" ]] && kill -0 "$CPU_RUN_PID" 2>/dev/null; then
-        kill -TERM -- "-$CPU_RUN_PID" 2>/dev/null || true
-        for _ in $(seq 1 100); do
-            kill -0 "$CPU_RUN_PID" 2>/dev/null || break
-            sleep 0.2
-        done
-        kill -KILL -- "-$CPU_RUN_PID" 2>/dev/null || true
+    if [[ -n "$CPU_RUN_PID" ]]; then
+        cpu_stop_group "$CPU_RUN_PID"
     fi
     CPU_RUN_PID=""
     if [[ -n "$CPU_RAY_TMP" ]]; then
@@ -49,7 +55,7 @@ cpu_process_cleanup() {
     local status=$?
     cpu_stop_run
     if [[ -n "$CPU_JUDGE_PID" ]]; then
-        kill "$CPU_JUDGE_PID" 2>/dev/null || true
+        cpu_stop_group "$CPU_JUDGE_PID" # the judge and what it started (workers, redis, resource trackers)
         wait "$CPU_JUDGE_PID" 2>/dev/null || true
     fi
     exit "$status"
@@ -63,8 +69,10 @@ cpu_start_judge() {
     if [[ -z "${JUDGE_URL:-}" ]]; then
         mkdir -p "$log_dir"
         port="$("$PYTHON" -c 'from code_judge.local import free_port; print(free_port())')"
+        set -m # a process group of its own, stopped as a whole on exit
         "$PYTHON" -m code_judge.cli serve --host 127.0.0.1 --port "$port" --workers 2 >"$log_dir/judge.log" 2>&1 &
         CPU_JUDGE_PID=$!
+        set +m
         for _ in $(seq 1 150); do
             curl -fsS --max-time 2 "http://127.0.0.1:$port/ping" >/dev/null 2>&1 && break
             kill -0 "$CPU_JUDGE_PID" 2>/dev/null || break
