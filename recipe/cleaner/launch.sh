@@ -2,7 +2,8 @@
 # Sourced by every recipe script, before its `main_ppo` line: where things are, which judge, DRY_RUN, and the
 # reference's override lines. Everything a recipe trains with is in its config file (config/<recipe>.yaml).
 #   DATA_DIR, MODEL_DIR, OUTPUT_ROOT  the prepared data, the models, the runs' output (defaults: in the checkout)
-#   JUDGE_URL                         the code-judge the reward and the tool call (default http://127.0.0.1:8088)
+#   JUDGE_URL                         the code-judge the reward and the tool call (default http://127.0.0.1:8088;
+#                                     another gets a copy of the tool yaml in $OUTPUT_DIR or $OUTPUT_ROOT)
 #   DRY_RUN=1                         compose, run the trainer-start checks, print the config, and exit
 #   PYTHON                            the interpreter (default python3)
 # It rewrites the script's arguments (Hydra overrides) so that the reference's lines mean what they meant there
@@ -38,8 +39,7 @@ recipe_use_judge() {
         unset CLEANER_TOOL_CONFIG
         return 0
     fi
-    local dir
-    dir="$OUTPUT_ROOT/judge-tool-configs"
+    local dir="${OUTPUT_DIR:-$OUTPUT_ROOT}/judge-tool-configs"
     mkdir -p "$dir"
     CLEANER_TOOL_CONFIG="$("$PYTHON" -m cleaner.recipes.judge_tool_config "$JUDGE_URL" \
         "$dir/python_tool.$(printf '%s' "$JUDGE_URL" | tr -c 'A-Za-z0-9' '_').yaml")"

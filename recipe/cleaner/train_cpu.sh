@@ -8,13 +8,14 @@
 #   train_cpu.sh trainer.resume_mode=auto trainer.total_training_steps=3 trainer.save_freq=-1 trainer.test_freq=-1
 set -euo pipefail
 
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${MODEL_PATH:?set MODEL_PATH to a Hugging Face model directory (make train-cpu builds the 0.5B one)}"
-: "${PYTHON:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python}"
+: "${PYTHON:=$ROOT/.venv/bin/python}"
+export MODEL_PATH OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/train-cpu-output}"
 # shellcheck source=recipe/cleaner/launch.sh
-source "$(dirname "${BASH_SOURCE[0]}")/launch.sh" # DRY_RUN, JUDGE_URL, the reference's override lines
+source "$ROOT/recipe/cleaner/launch.sh" # DRY_RUN, JUDGE_URL, the reference's override lines
 # shellcheck source=recipe/cleaner/cpu_process.sh
-source "$(dirname "${BASH_SOURCE[0]}")/cpu_process.sh" # the CPU environment, the judge, the stop-everything trap
-export MODEL_PATH OUTPUT_DIR="${OUTPUT_DIR:-$CLEANER_ROOT/train-cpu-output}"
+source "$ROOT/recipe/cleaner/cpu_process.sh" # the CPU environment, the judge, the stop-everything trap
 export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$OUTPUT_DIR/metrics.jsonl}"
 export WANDB_MODE=offline WANDB_DIR="$OUTPUT_DIR"
 
