@@ -434,6 +434,25 @@ def unsampled_positions(
     ]
 
 
+def off_context_positions(server: ScriptedLLMServer, marker: str, output: Any) -> list[int]:
+    """Response positions with mask 1 whose token is trained after a context other than the one it was sampled in
+    (the prompt and every token before it, as the server saw them when it sampled the token)."""
+    emitted = {}
+    for request in server.requests_for(marker):
+        for offset, logprob in enumerate(request.log_probs):
+            emitted[logprob] = (request, offset)
+    sequence = list(output.prompt_ids) + list(output.response_ids)
+    start = len(output.prompt_ids)
+    positions = []
+    for index, (mask, logprob) in enumerate(zip(output.response_mask, output.response_logprobs)):
+        if mask != 1:
+            continue
+        request, offset = emitted[logprob]
+        if sequence[: start + index] != request.prompt_ids + request.token_ids[:offset]:
+            positions.append(index)
+    return positions
+
+
 def render_conversation(tokenizer, tool_schemas: list[dict], messages: list[dict[str, str]]) -> str:
     """The chat template's text for a conversation whose assistant contents are the raw generated texts.
 
