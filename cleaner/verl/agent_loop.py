@@ -11,7 +11,8 @@ policy rolls back. See docs/saar.md for the rules; in short, when SAAR is active
   before the failed turn and the replacement is spliced in (shallow: old reasoning + new call;
   deep: the whole new turn); the purified turn must parse to the calls that ran, else it is made deep.
 - With `rollback_is_threshold` (or `rollback_is_measure`) the splice is first scored in its purified context
-  through the server's prompt log-probs; below the threshold nothing is cut (append: the SAAR-off trajectory).
+  through the server's prompt log-probs; below the threshold nothing is cut (append: every token stays where it was
+  sampled).
 - A position that ends unrecovered keeps only its last attempt (`rollback_exhausted_keep: last`); under the gate
   that attempt is scored in its purified context first, and below the threshold every attempt stays.
 - A scoring request the server aborts is sent again; one that keeps failing marks the trajectory as an
@@ -455,7 +456,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             raise RuntimeError(f"{AGENT_NAME}: the purified turn does not parse to the calls that were executed")
         score, decision, scoring_error = await self._gate_splice(agent_data, result, replacement)
         if decision == "append":
-            # The failure stays: failed turn, its error and the retry, exactly as without SAAR (all on-policy).
+            # The failure stays: failed turn, its error and the retry, as without SAAR (all on-policy).
             self.policy.on_appended(mode, similarity, replacement_code, score, scoring_error)
             return
         self.stats.shallow_parse_fallbacks += int(parse_fallback)
