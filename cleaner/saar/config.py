@@ -96,6 +96,11 @@ class SaarConfig:
             self.rollback_is_statistic in IS_STATISTICS,
             f"rollback_is_statistic must be one of {list(IS_STATISTICS)}, got {self.rollback_is_statistic!r}",
         )
+        _require(
+            self.rollback_is_statistic == "sequence" or self.rollback_is_threshold is not None,
+            f"rollback_is_statistic={self.rollback_is_statistic} chooses what the rollback_is_threshold gate compares; "
+            "without rollback_is_threshold it has no effect: set both or neither",
+        )
         _require(isinstance(self.rollback_is_measure, bool), "rollback_is_measure must be true or false")
         _require(isinstance(self.rollback_is_correction, bool), "rollback_is_correction must be true or false")
         _require(

@@ -113,6 +113,7 @@ def test_reads_an_omegaconf_section():
         ({"rollback_is_measure": "yes"}, "rollback_is_measure"),
         ({"rollback_is_statistic": "mean"}, "rollback_is_statistic must be one of"),
         ({"rollback_is_statistic": 1}, "rollback_is_statistic"),
+        ({"rollback_is_statistic": "token_mean", "rollback_is_measure": True}, "without rollback_is_threshold"),
         ({"rollback_is_correction": 1}, "rollback_is_correction"),
         ({"rollback_after_errors": 0}, "rollback_after_errors"),
         ({"rollback_after_errors": 1.5}, "rollback_after_errors"),
