@@ -15,7 +15,10 @@ verl's scoring contract (what SAAR's `rollback_is_measure` / `rollback_is_thresh
 and the last row a dummy `[0.0]` (`extra_fields["prompt_ids"]` the matching ids), as verl 0.9.1's vLLM and
 SGLang servers return it. SGLang (`logprob_start_len=0`, `meta_info.input_token_logprobs`) and vLLM
 (`prompt_logprobs` in `/v1/completions`, `choices[0].prompt_logprobs`) honour it; llama.cpp's server returns
-log-probs of generated tokens only, so that client refuses the request, naming the option.
+log-probs of generated tokens only, so that client refuses the request, naming the option. As from verl's
+servers, an aborted answer carries no prompt log-probs (SAAR sends the request again), and so does a completed
+answer from a server that ignored the request (SAAR then refuses the setting, naming its key); prompt log-probs
+that are there but do not fit the prompt are an error.
 """
 
 from __future__ import annotations
@@ -159,8 +162,10 @@ class TokenServerClient(ABC):
             raise InferenceServerError(
                 f"{self.config.backend} server returned {len(output.token_ids)} tokens but {len(output.log_probs)} log-probs"
             )
-        if with_prompt_logprobs:
-            rows = prompt_logprob_rows(prompt_ids, self.parse_prompt_logprobs(payload, prompt_ids))
+        scored = with_prompt_logprobs and output.stop_reason != "aborted"
+        values = self.parse_prompt_logprobs(payload, prompt_ids) if scored else None
+        if values is not None:
+            rows = prompt_logprob_rows(prompt_ids, values)
             output = ServerOutput(
                 output.token_ids, output.log_probs, output.stop_reason, {**output.extra_fields, **rows}
             )
@@ -188,8 +193,8 @@ class TokenServerClient(ABC):
         """Request fields that ask the server for prompt-token log-probs."""
         raise NotImplementedError
 
-    def parse_prompt_logprobs(self, payload: dict[str, Any], prompt_ids: list[int]) -> list[float]:
-        """Log-probs of prompt tokens 1 .. n-1 (the first token has no context)."""
+    def parse_prompt_logprobs(self, payload: dict[str, Any], prompt_ids: list[int]) -> list[float] | None:
+        """Log-probs of prompt tokens 1 .. n-1 (the first token has no context); None when the answer has none."""
         raise NotImplementedError
 
     @abstractmethod
@@ -240,7 +245,9 @@ class SGLangClient(TokenServerClient):
         return {"logprob_start_len": 0}
 
     def parse_prompt_logprobs(self, payload, prompt_ids):
-        entries = _require(payload["meta_info"], "input_token_logprobs", "sglang")
+        entries = (payload.get("meta_info") or {}).get("input_token_logprobs")
+        if entries is None:
+            return None
         if len(entries) != len(prompt_ids) or [int(e[1]) for e in entries] != list(prompt_ids):
             raise InferenceServerError("sglang input_token_logprobs do not match the prompt's token ids")
         return [_logprob(e[0], "sglang", i) for i, e in enumerate(entries) if i > 0]
@@ -280,10 +287,12 @@ class VLLMClient(TokenServerClient):
         return {"prompt_logprobs": 0}
 
     def parse_prompt_logprobs(self, payload, prompt_ids):
-        rows = _require(payload["choices"][0], "prompt_logprobs", "vllm")
-        if rows is None or len(rows) != len(prompt_ids):
+        rows = payload["choices"][0].get("prompt_logprobs")
+        if rows is None:
+            return None
+        if len(rows) != len(prompt_ids):
             raise InferenceServerError(
-                f"vllm returned {0 if rows is None else len(rows)} prompt log-prob rows for {len(prompt_ids)} prompt tokens"
+                f"vllm returned {len(rows)} prompt log-prob rows for {len(prompt_ids)} prompt tokens"
             )
         result = []
         for index in range(1, len(prompt_ids)):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from cleaner.saar.offpolicy import IS_STATISTICS
 from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, MODEL_ERROR_CATEGORIES, ErrorCategory
 from cleaner.saar.similarity import SIMILARITIES
 
@@ -41,11 +42,16 @@ class SaarConfig:
     # Off-policy spans (docs/saar.md "Off-policy spans"). Plan B: score each successful retry in its purified context;
     # below this importance ratio the failure is kept (append), at or above it the retry is spliced in (replace).
     rollback_is_threshold: float | None = None  # None: always replace (the paper)
+    # What the gate compares with log τ: the sequence sum of the per-token log ratios (the reference's design note)
+    # or their mean clamped to [-3, 3] (the reference's development code, where their recipe's τ = 0.5 comes from).
+    rollback_is_statistic: str = "sequence"
     rollback_is_measure: bool = False  # score every splice and record its log IS ratio, but always replace
     rollback_is_correction: bool = (
         False  # Plan C: replace, and let verl's token-level rollout IS correct the spliced tokens
     )
-    rollback_after_errors: int = 1  # the n-th consecutive failure at a position starts the rollback (1: the paper)
+    # The n-th failing tool round in a row starts the rollback (1: the paper); the count restarts after every round
+    # that does not fail with a rollback-eligible error, and after every closed position.
+    rollback_after_errors: int = 1
 
     def __post_init__(self) -> None:
         _require(isinstance(self.enable_tool_rollback, bool), "enable_tool_rollback must be true or false")
@@ -85,6 +91,15 @@ class SaarConfig:
             self.rollback_is_threshold is None
             or (_is_number(self.rollback_is_threshold) and 0.0 < self.rollback_is_threshold < math.inf),
             f"rollback_is_threshold must be a number > 0 (an importance ratio) or null, got {self.rollback_is_threshold!r}",
+        )
+        _require(
+            self.rollback_is_statistic in IS_STATISTICS,
+            f"rollback_is_statistic must be one of {list(IS_STATISTICS)}, got {self.rollback_is_statistic!r}",
+        )
+        _require(
+            self.rollback_is_statistic == "sequence" or self.rollback_is_threshold is not None,
+            f"rollback_is_statistic={self.rollback_is_statistic} chooses what the rollback_is_threshold gate compares; "
+            "without rollback_is_threshold it has no effect: set both or neither",
         )
         _require(isinstance(self.rollback_is_measure, bool), "rollback_is_measure must be true or false")
         _require(isinstance(self.rollback_is_correction, bool), "rollback_is_correction must be true or false")

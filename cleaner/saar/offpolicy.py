@@ -2,16 +2,22 @@
 
 Every token SAAR splices in was sampled by pi(. | a context that still held the failed attempt and its error)
 (the behaviour policy); after purification it is trained as if sampled in the purified context. For the spliced
-tokens t_1..t_n of one replacement,
+tokens t_1..t_n of one replacement, with d_i = log pi(t_i | purified context, t_<i) - log pi_b(t_i | error context, t_<i),
 
-    log IS = sum_i log pi(t_i | purified context, t_<i) - sum_i log pi_b(t_i | error context, t_<i),
+    sequence:    log IS = sum_i d_i                        (the reference authors' design note)
+    token_mean:  clamp(mean_i d_i, -3, 3)                  (the reference authors' development code)
 
-the sequence-level ratio the reference authors gate on ("Plan B"): below `rollback_is_threshold` the failure is
-kept (append), at or above it the retry is spliced in (replace). See docs/saar.md, "Off-policy spans".
+and the gate (`rollback_is_threshold` τ) keeps the failure (append) when the statistic is below log τ, else the
+retry is spliced in (replace). See docs/saar.md, "Off-policy spans".
 
 The scores come from the inference server through verl's `generate` contract: sampling parameters with
 `prompt_logprobs=0` and `max_tokens=1` return `extra_fields["prompt_logprobs"]`, one row per prompt token, row i
-holding `[log-prob of token i+1]` and the last row a dummy (the first token has no log-prob).
+holding `[log-prob of token i+1]` and the last row a dummy (the first token has no log-prob). Both of verl's
+engines compute prompt log-probs from the raw logits at temperature 1 without top-k/top-p, while the log-probs of
+sampled tokens are taken after the sampling transform (vLLM's `processed_logprobs`: temperature and top-k/top-p
+renormalisation; SGLang: temperature). Both sides of the ratio must be of one distribution, so the sampled
+log-probs stand in for the behaviour side only where they equal the raw ones (`sampled_logprobs_are_raw`);
+elsewhere the behaviour side is a second prompt-log-prob prefill of the error context.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from cleaner.saar.stats import IsDecision
 
@@ -30,17 +36,46 @@ class PromptLogprobsError(ValueError):
     """The inference server's answer does not carry usable prompt log-probs."""
 
 
+IsStatistic = Literal["sequence", "token_mean"]
+IS_STATISTICS: tuple[str, ...] = ("sequence", "token_mean")
+# The reference code clamps the per-token mean log ratio to this range before comparing it with log τ.
+TOKEN_MEAN_CLAMP = 3.0
+
+
 @dataclass(frozen=True)
 class IsScore:
-    log_ratio: float  # sum of log pi(spliced | purified) minus sum of behaviour log-probs
-    tokens: int  # spliced tokens scored
+    """The per-token log ratios d_i of the scored tokens (target minus behaviour log-prob)."""
+
+    token_log_ratios: tuple[float, ...]
+
+    @property
+    def log_ratio(self) -> float:
+        """The sequence-level log IS: the sum of the per-token log ratios."""
+        return math.fsum(self.token_log_ratios)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.token_log_ratios)
+
+    def statistic(self, kind: IsStatistic) -> float:
+        """What the gate compares with log τ: the sum, or the reference code's clamped per-token mean."""
+        if kind == "sequence":
+            return self.log_ratio
+        mean = self.log_ratio / max(self.tokens, 1)
+        return min(max(mean, -TOKEN_MEAN_CLAMP), TOKEN_MEAN_CLAMP)
+
+
+def token_log_ratios(target: Sequence[float], behaviour: Sequence[float]) -> IsScore:
+    if len(target) != len(behaviour):
+        raise ValueError(f"{len(target)} target log-probs for {len(behaviour)} behaviour log-probs")
+    return IsScore(tuple(t - b for t, b in zip(target, behaviour)))
 
 
 def scoring_params(sampling_params: Mapping[str, Any]) -> dict[str, Any]:
     """The trajectory's own sampling parameters, asking for one token and the log-prob of every prompt token.
 
-    The behaviour log-probs were reported under the same parameters, so the two sides are computed alike on a
-    backend that applies them to log-probs (vLLM reports raw log-probs for both).
+    The engines compute prompt log-probs from the raw logits (temperature 1, no top-k/top-p) whatever the
+    request's sampling parameters; those only shape the one token sampled after the prompt.
     """
     return {**sampling_params, "max_tokens": 1, PROMPT_LOGPROBS_KEY: 0}
 
@@ -61,13 +96,36 @@ def prompt_token_logprobs(extra_fields: Mapping[str, Any] | None, prompt_length:
     return values
 
 
-def span_log_prob(token_logprobs: Sequence[float], start: int, end: int) -> float:
-    """Sum of the log-probs of prompt tokens [start, end) (start >= 1: the first token has none)."""
-    if not 1 <= start <= end <= len(token_logprobs):
-        raise ValueError(f"span [{start}, {end}) is not scorable in a prompt of {len(token_logprobs)} tokens")
-    return math.fsum(token_logprobs[start:end])
+def sampled_logprobs_are_raw(sampling_params: Mapping[str, Any]) -> bool:
+    """Whether sampled tokens' log-probs are of the raw temperature-1 distribution, i.e. on the scale of prompt
+    log-probs: temperature 1 and nothing that reshapes the logits before the log-probs are taken (top-k, top-p,
+    min-p, a repetition penalty). Absent keys are the engines' defaults (all off)."""
+
+    def value(key: str, default: float) -> float:
+        raw = sampling_params.get(key)
+        return default if raw is None else float(raw)
+
+    return (
+        value("temperature", 1.0) == 1.0
+        and value("top_p", 1.0) >= 1.0
+        and value("top_k", -1) <= 0
+        and value("min_p", 0.0) <= 0.0
+        and value("repetition_penalty", 1.0) == 1.0
+    )
 
 
-def gate(log_ratio: float, threshold: float) -> IsDecision:
-    """Plan B: append (keep the failure) when IS < threshold, else replace. Compared in log space (no overflow)."""
-    return "append" if log_ratio < math.log(threshold) else "replace"
+def logprobs_at(token_logprobs: Sequence[float], indices: Sequence[int]) -> list[float]:
+    """The log-probs of the prompt tokens at `indices` (each >= 1: the first token has none)."""
+    if any(not 1 <= index < len(token_logprobs) for index in indices):
+        raise ValueError(f"token indices {list(indices)} are not scorable in a prompt of {len(token_logprobs)} tokens")
+    return [token_logprobs[index] for index in indices]
+
+
+def gate(score: IsScore, threshold: float, kind: IsStatistic = "sequence") -> IsDecision:
+    """Plan B: append (keep the failure) when the statistic is below log τ, else replace.
+
+    The sum is compared in log space (no overflow); the clamped mean as the reference code does, exp(mean) < τ.
+    """
+    value = score.statistic(kind)
+    below = value < math.log(threshold) if kind == "sequence" else math.exp(value) < threshold
+    return "append" if below else "replace"

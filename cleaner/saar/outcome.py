@@ -36,6 +36,7 @@ class ErrorCategory(str, Enum):
     WORKER_STARVED = "worker_starved"  # killed by the wall cap with CPU budget left: the judge was overloaded
     TOOL_ERROR = "tool_error"  # the tool object raised, or answered what the loop cannot use (media, bad outcome)
     AGENT_LOOP_ERROR = "agent_loop_error"  # the trajectory raised outside any tool; it was returned empty
+    SCORING_FAILED = "scoring_failed"  # a prompt-log-prob prefill of SAAR's IS gate/measure kept failing (aborted)
 
 
 MODEL_ERROR_CATEGORIES = (
@@ -53,6 +54,7 @@ INFRA_ERROR_CATEGORIES = (
     ErrorCategory.WORKER_STARVED,
     ErrorCategory.TOOL_ERROR,
     ErrorCategory.AGENT_LOOP_ERROR,
+    ErrorCategory.SCORING_FAILED,
 )
 
 # Judge `reason` values that say the service, not the program, failed: never a model error, never rolled back.

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
+from cleaner.saar import offpolicy
 from cleaner.saar.config import SaarConfig
 from cleaner.saar.offpolicy import IsScore
-from cleaner.saar.outcome import OutcomeKind, ToolOutcome
+from cleaner.saar.outcome import ErrorCategory, OutcomeKind, ToolOutcome
 from cleaner.saar.similarity import SIMILARITIES
 from cleaner.saar.splice import SpliceMode
 from cleaner.saar.stats import IsDecision, RollbackEvent, TrajectoryStats
@@ -122,7 +123,9 @@ class RollbackPolicy:
             eligible = any(outcome.category in self.config.rollback_on_errors for outcome in failed)
             self._consecutive_failures = self._consecutive_failures + 1 if eligible and not infra else 0
             if self._consecutive_failures < self.config.rollback_after_errors:
-                return Action.CONTINUE  # tolerated: this failure and its error stay, as in the baseline
+                # tolerated: this failure and its error stay, as in the baseline
+                self.stats.tolerated_errors += int(self._consecutive_failures > 0)
+                return Action.CONTINUE
             if not (self.active and self.config.max_tool_retries > 0 and can_retry):
                 return Action.CONTINUE
             first = next(outcome for outcome in failed if outcome.category in self.config.rollback_on_errors)
@@ -183,6 +186,13 @@ class RollbackPolicy:
         shallow = splittable and similarity >= self.config.rollback_similarity_threshold
         return ("shallow" if shallow else "deep"), similarity
 
+    def is_decision(self, score: IsScore) -> IsDecision | None:
+        """The rollback_is_threshold gate's decision on a score (None without a gate: measuring only)."""
+        threshold = self.config.rollback_is_threshold
+        if threshold is None:
+            return None
+        return offpolicy.gate(score, threshold, self.config.rollback_is_statistic)
+
     def on_purified(
         self,
         mode: SpliceMode,
@@ -191,9 +201,10 @@ class RollbackPolicy:
         mentions_error: bool,
         score: IsScore | None = None,
         decision: IsDecision | None = None,
+        scoring_error: str | None = None,
     ) -> RollbackEvent:
         """The successful retry was spliced in (`mode`); `score`/`decision` if it was scored and gated."""
-        event = self._recovered(mode, similarity, replacement_code, score, decision)
+        event = self._recovered(mode, similarity, replacement_code, score, decision, scoring_error)
         self.stats.purified_errors += event.model_errors
         if mode == "shallow":
             self.stats.rollbacks_shallow += 1
@@ -203,9 +214,17 @@ class RollbackPolicy:
         self.stats.planb_replaces += int(decision == "replace")
         return event
 
-    def on_appended(self, mode: SpliceMode, similarity: float, replacement_code: str, score: IsScore) -> RollbackEvent:
-        """The gate kept the failure: the retry stays after it, as in the baseline (`mode`: the splice it scored)."""
-        event = self._recovered(mode, similarity, replacement_code, score, "append")
+    def on_appended(
+        self,
+        mode: SpliceMode,
+        similarity: float,
+        replacement_code: str,
+        score: IsScore | None,
+        scoring_error: str | None = None,
+    ) -> RollbackEvent:
+        """The gate kept the failure: the retry stays after it, as in the baseline (`mode`: the splice it scored).
+        Without a score (`scoring_error`) the gate keeps it too: nothing unscored is spliced in."""
+        event = self._recovered(mode, similarity, replacement_code, score, "append", scoring_error)
         self.stats.planb_appends += 1
         return event
 
@@ -216,21 +235,50 @@ class RollbackPolicy:
         replacement_code: str,
         score: IsScore | None,
         decision: IsDecision | None,
+        scoring_error: str | None,
     ) -> RollbackEvent:
         assert self.open is not None, "a recovered position without an open position"
         event = self.open.event
         event.mode = mode
         event.similarity = similarity
         event.replacement_code = replacement_code
-        event.is_decision = decision
-        if score is not None:
-            event.log_is_ratio, event.is_tokens = score.log_ratio, score.tokens
-            self.stats.is_scored += 1
+        self._record_score(event, score, decision, scoring_error)
         self.stats.rollbacks_recovered += 1
         self.stats.rollback_events.append(event)
         self.open = None
         self._consecutive_failures = 0
         return event
+
+    def on_exhausted_scored(self, score: IsScore | None, decision: IsDecision | None, error: str | None = None) -> None:
+        """The kept last attempt of the position given up last (`closed`, kept "last") was scored (or its scoring
+        failed: `error`). An append keeps every attempt instead, as `rollback_exhausted_keep: all` would."""
+        assert self.closed is not None and self.closed.event.kept == "last", "no exhausted position keeps its last"
+        position = self.closed
+        self._record_score(position.event, score, decision, error)
+        if decision == "append":
+            position.event.kept = "all"
+            self.stats.purified_errors -= position.event.model_errors - position.last_round_errors
+        self.stats.planb_exhausted_appends += int(decision == "append")
+        self.stats.planb_exhausted_replaces += int(decision == "replace")
+
+    def on_scoring_failed(self, error: str) -> None:
+        """A splice's scoring kept failing: the trajectory carries an infrastructure error (it is not the model's)."""
+        self.stats.count_failure(ErrorCategory.SCORING_FAILED)
+        self.stats.infra_errors += 1
+        logger.warning("SAAR: scoring failed, the trajectory is marked as an infrastructure error: %s", error)
+
+    def _record_score(
+        self, event: RollbackEvent, score: IsScore | None, decision: IsDecision | None, error: str | None = None
+    ) -> None:
+        event.is_decision = decision
+        event.is_error = error
+        if decision is not None and score is not None:
+            event.is_statistic = self.config.rollback_is_statistic
+            event.is_statistic_value = score.statistic(self.config.rollback_is_statistic)
+        if score is not None:
+            event.log_is_ratio, event.is_tokens = score.log_ratio, score.tokens
+            event.is_token_log_ratios = list(score.token_log_ratios)
+            self.stats.is_scored += 1
 
     def close_open(self, reason: str) -> Action:
         """The open position ends unrecovered (e.g. the trajectory ended while it was open)."""

@@ -41,7 +41,10 @@ COUNTER_NAMES: tuple[str, ...] = (
     "infra_dropped",  # 0/1: drop_infra_error_trajectories zeroed this trajectory's loss mask
     "planb_appends",  # recovered positions the rollback_is_threshold gate appended (failure kept, nothing spliced)
     "planb_replaces",  # recovered positions the rollback_is_threshold gate replaced (spliced as shallow/deep)
-    "is_scored",  # splices scored in their purified context (the gate, or rollback_is_measure)
+    "is_scored",  # splices and exhausted positions' kept attempts scored in their purified context
+    "planb_exhausted_appends",  # exhausted positions whose kept last attempt the gate found below τ: all attempts stay
+    "planb_exhausted_replaces",  # exhausted positions whose kept last attempt passed the gate: only it stays
+    "tolerated_errors",  # failing rounds rollback_after_errors left in the trajectory, with their errors
 )
 FAIL_COUNTER_NAMES: tuple[str, ...] = tuple(f"fail_{category.value}" for category in ErrorCategory)
 
@@ -86,10 +89,17 @@ class RollbackEvent:
     resampled_tokens: int = 0
     model_errors: int = 0  # model-error calls in this position's failed rounds (first attempt and failed retries)
     kept: str | None = None  # unrecovered positions: which attempts stayed ("last" or "all", rollback_exhausted_keep)
-    # Recovered positions whose splice was scored (rollback_is_threshold / rollback_is_measure):
-    log_is_ratio: float | None = None  # sum log pi(spliced | purified context) - sum behaviour log-probs
-    is_tokens: int | None = None  # how many spliced tokens were scored
-    is_decision: IsDecision | None = None  # the rollback_is_threshold gate's decision (None: no gate decided)
+    # Scored positions (rollback_is_threshold / rollback_is_measure): a recovered position's splice, or the kept
+    # last attempt of an unrecovered one (its model tokens after the attempt, in the purified context).
+    log_is_ratio: float | None = None  # sum log pi(scored | purified context) - sum behaviour log-probs
+    is_tokens: int | None = None  # how many tokens were scored
+    is_token_log_ratios: list[float] | None = None  # per scored token, its log ratio d (in stream order)
+    # The rollback_is_threshold gate's decision (None: no gate decided). Recovered: append keeps the failure, replace
+    # splices. Unrecovered: append keeps every attempt (as rollback_exhausted_keep: all), replace only the last.
+    is_decision: IsDecision | None = None
+    is_statistic: str | None = None  # what the gate compared with log τ: "sequence" (the sum) or "token_mean"
+    is_statistic_value: float | None = None  # its value (the sum, or the mean clamped to [-3, 3])
+    is_error: str | None = None  # scoring failed after its retries (an infrastructure error of the trajectory)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,6 +128,9 @@ class TrajectoryStats:
     planb_appends: int = 0
     planb_replaces: int = 0
     is_scored: int = 0
+    planb_exhausted_appends: int = 0
+    planb_exhausted_replaces: int = 0
+    tolerated_errors: int = 0
     failures: dict[ErrorCategory, int] = field(default_factory=lambda: {category: 0 for category in ErrorCategory})
     spliced_spans: list[SplicedSpan] = field(default_factory=list)
     rollback_events: list[RollbackEvent] = field(default_factory=list)

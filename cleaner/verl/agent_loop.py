@@ -11,8 +11,12 @@ policy rolls back. See docs/saar.md for the rules; in short, when SAAR is active
   before the failed turn and the replacement is spliced in (shallow: old reasoning + new call;
   deep: the whole new turn); the purified turn must parse to the calls that ran, else it is made deep.
 - With `rollback_is_threshold` (or `rollback_is_measure`) the splice is first scored in its purified context
-  through the server's prompt log-probs; below the threshold nothing is cut (append: the SAAR-off trajectory).
-- A position that ends unrecovered keeps only its last attempt (`rollback_exhausted_keep: last`).
+  through the server's prompt log-probs; below the threshold nothing is cut (append: every token stays where it was
+  sampled).
+- A position that ends unrecovered keeps only its last attempt (`rollback_exhausted_keep: last`); under the gate
+  that attempt is scored in its purified context first, and below the threshold every attempt stays.
+- A scoring request the server aborts is sent again; one that keeps failing marks the trajectory as an
+  infrastructure error, and the gate then keeps the failure (nothing unscored is spliced in).
 - Infrastructure errors are never rolled back; they are counted and mark the trajectory.
 With SAAR inactive (disabled, gated off, or validation) verl's own methods run unchanged; only the
 statistics are collected.
@@ -23,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,7 +48,7 @@ from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome
 from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
 from cleaner.saar.similarity import turn_code
 from cleaner.saar.splice import GeneratedTurn, SpliceResult, StreamLengths, splice
-from cleaner.saar.stats import SplicedSpan, TrajectoryStats
+from cleaner.saar.stats import IsDecision, SplicedSpan, TrajectoryStats
 
 # Modules, not names: importing one of these first imports verl, whose plugin loader imports this module
 # while that one is still half-initialized; its names are looked up when a trajectory runs, by then complete.
@@ -100,6 +103,10 @@ _CONFIG_CACHE_SIZE = 8
 _FINDER_CACHE_SIZE = 8
 _OCCURRENCE_KEYS = 65536
 
+# A scoring prefill the server aborts (vLLM: paused for a weight sync or refused admission; SGLang: its prompt-log-prob
+# extraction raises) is sent this many times in all before the trajectory is marked as an infrastructure error.
+SCORING_ATTEMPTS = 3
+
 _saar_configs: OrderedDict[int, tuple[Any, SaarConfig]] = OrderedDict()
 _occurrences: OrderedDict[str, int] = OrderedDict()
 
@@ -141,6 +148,15 @@ def next_occurrence(key: str) -> int:
     if len(_occurrences) > _OCCURRENCE_KEYS:
         _occurrences.popitem(last=False)
     return occurrence
+
+
+class ScoringFailed(Exception):
+    """Every scoring request of one splice was aborted or raised: transient, the trajectory's infrastructure error."""
+
+
+def _aborted(output: Any) -> bool:
+    """verl's servers answer an aborted request with no tokens (vLLM adds stop_reason "aborted")."""
+    return output.stop_reason == "aborted" or not output.token_ids
 
 
 def _same_calls(parsed: Sequence[FunctionCall], executed: Sequence[FunctionCall]) -> bool:
@@ -280,11 +296,11 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             self._truncate(agent_data, before)
             if self.policy.on_unusable_resample("empty") is Action.RETRY:
                 return AgentState.GENERATING
-            self._end_position(agent_data)
+            await self._end_position(agent_data)
             return AgentState.GENERATING  # the model continues from the kept attempt, as the stock loop would
         # The resample answered without a tool call: it stays as the final turn after the kept attempt.
         self.policy.on_unusable_resample("no_call")
-        self._end_position(agent_data)
+        await self._end_position(agent_data)
         return AgentState.TERMINATED
 
     def _count_dropped_calls(self) -> None:
@@ -329,10 +345,10 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             results = _with_note(results, outcomes, note)
         state = await self._append_tool_responses(agent_data, calls, results)
         if action is Action.GIVE_UP:
-            self._end_position(agent_data)
+            await self._end_position(agent_data)
         elif self.policy.open is not None and state is AgentState.TERMINATED:
             self.policy.close_open("the response is full")
-            self._end_position(agent_data)
+            await self._end_position(agent_data)
         return state
 
     def _retry_executable(self, agent_data: AgentData) -> bool:
@@ -430,21 +446,20 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         lengths = StreamLengths(base.ids, base.mask, base.logprobs)
         result = splice(*stream, lengths, failed_turn, new_turn, mode)
         content, parsed = await self._parse_turn(agent_data, result.turn_ids)
-        if mode == "shallow" and not _same_calls(parsed, calls):
+        parse_fallback = mode == "shallow" and not _same_calls(parsed, calls)
+        if parse_fallback:
             # The kept reasoning changes what the parser sees (e.g. a stray start marker): the whole new turn goes in.
-            self.stats.shallow_parse_fallbacks += 1
             mode = "deep"
             result = splice(*stream, lengths, failed_turn, new_turn, mode)
             content, parsed = await self._parse_turn(agent_data, result.turn_ids)
         if not _same_calls(parsed, calls):
             raise RuntimeError(f"{AGENT_NAME}: the purified turn does not parse to the calls that were executed")
-        score = await self._score_splice(agent_data, result, replacement) if self.saar_config.scores_splices else None
-        threshold = self.saar_config.rollback_is_threshold
-        decision = offpolicy.gate(score.log_ratio, threshold) if threshold is not None else None
+        score, decision, scoring_error = await self._gate_splice(agent_data, result, replacement)
         if decision == "append":
-            # The failure stays: failed turn, its error and the retry, exactly as without SAAR (all on-policy).
-            self.policy.on_appended(mode, similarity, replacement_code, score)
+            # The failure stays: failed turn, its error and the retry, as without SAAR (all on-policy).
+            self.policy.on_appended(mode, similarity, replacement_code, score, scoring_error)
             return
+        self.stats.shallow_parse_fallbacks += int(parse_fallback)
         if self.negatives is not None:  # the failed first attempt, taken from the stream before it is cut
             # verl's num_turns counts user + assistant turns + 1; the failed turn is one more assistant turn.
             turns = base.user_turns + base.assistant_turns + 2
@@ -473,35 +488,78 @@ class CleanerToolAgentLoop(ToolAgentLoop):
                 replacement.ids[:new_boundary] if new_boundary is not None else replacement.ids
             )
             leaked = mentions_error(reasoning, open_position.error_texts, open_position.exception_types)
-        self.policy.on_purified(mode, similarity, replacement_code, leaked, score, decision)
+        self.policy.on_purified(mode, similarity, replacement_code, leaked, score, decision, scoring_error)
 
-    async def _score_splice(
+    async def _gate_splice(
         self, agent_data: AgentData, result: SpliceResult, replacement: TurnRecord
-    ) -> offpolicy.IsScore:
-        """log IS of the tokens about to be spliced: their log-probs in the purified context (one extra prefill)
-        minus the behaviour log-probs they were sampled with (a second prefill of the error context without them)."""
+    ) -> tuple[offpolicy.IsScore | None, IsDecision | None, str | None]:
+        """Score the splice (with the gate or the measurement on) and decide: (score, decision, scoring error).
+        A scoring that keeps failing gives no score; the gate then appends (nothing unscored is spliced in)."""
+        if not self.saar_config.scores_splices:
+            return None, None, None
         spliced = result.spliced_end - result.spliced_start
         end = len(result.ids)
-        purified = await self._prompt_logprobs(agent_data, result.ids)
-        target = offpolicy.span_log_prob(purified, end - spliced, end)
-        if replacement.logprobs is not None:
-            behaviour = math.fsum(replacement.logprobs[len(replacement.ids) - spliced :])
-        else:  # calculate_log_probs is off: score the retry where it was sampled
-            sampled_end = replacement.before.ids + len(replacement.ids)
-            sampled = await self._prompt_logprobs(agent_data, agent_data.prompt_ids[:sampled_end])
-            behaviour = offpolicy.span_log_prob(sampled, sampled_end - spliced, sampled_end)
-        return offpolicy.IsScore(log_ratio=target - behaviour, tokens=spliced)
+        sampled_end = replacement.before.ids + len(replacement.ids)
+        sampled = replacement.logprobs[len(replacement.ids) - spliced :] if replacement.logprobs else None
+        try:
+            score = await self._score_tokens(
+                agent_data,
+                purified=(result.ids, range(end - spliced, end)),
+                error_context=(agent_data.prompt_ids[:sampled_end], range(sampled_end - spliced, sampled_end)),
+                sampled_logprobs=sampled,
+            )
+        except ScoringFailed as error:
+            self.policy.on_scoring_failed(str(error))
+            return None, "append" if self.saar_config.rollback_is_threshold is not None else None, str(error)
+        return score, self.policy.is_decision(score), None
+
+    async def _score_tokens(
+        self,
+        agent_data: AgentData,
+        purified: tuple[list[int], Sequence[int]],
+        error_context: tuple[list[int], Sequence[int]],
+        sampled_logprobs: Sequence[float] | None,
+    ) -> offpolicy.IsScore:
+        """Per-token log ratios of tokens sampled in `error_context` (a stream and their indices in it) and trained
+        in `purified`: the target side is a prompt-log-prob prefill of the purified stream. The behaviour side is
+        the log-probs the tokens were sampled with where those are of the raw temperature-1 distribution the
+        engines' prompt log-probs use; otherwise (T != 1, top-k/top-p, no sampled log-probs) a second prefill of
+        the error context, so both sides are of one distribution."""
+        target = offpolicy.logprobs_at(await self._prompt_logprobs(agent_data, purified[0]), purified[1])
+        if sampled_logprobs is not None and offpolicy.sampled_logprobs_are_raw(self._sampling_params):
+            behaviour = list(sampled_logprobs)
+        else:
+            stream, indices = error_context
+            behaviour = offpolicy.logprobs_at(await self._prompt_logprobs(agent_data, stream), indices)
+        return offpolicy.token_log_ratios(target, behaviour)
 
     async def _prompt_logprobs(self, agent_data: AgentData, ids: list[int]) -> list[float]:
-        """Per-token log-probs of `ids` from the trajectory's own server (same request id, so the same replica)."""
-        with simple_timer("generate_sequences", agent_data.metrics):  # inference time, like the generations
-            output = await self.server_manager.generate(
-                request_id=agent_data.request_id,
-                prompt_ids=list(ids),
-                sampling_params=offpolicy.scoring_params(self._sampling_params),
-            )
+        """Per-token log-probs of `ids` from the trajectory's own server (same request id, so the same replica).
+
+        An aborted answer, or an exception from the server (SGLang's adapter raises on an aborted prompt-log-prob
+        request), is transient: sent again, then `ScoringFailed`. A completed answer without prompt log-probs is a
+        backend that cannot serve the setting: `SaarConfigError`, naming the key."""
+        failure = ""
+        for attempt in range(1, SCORING_ATTEMPTS + 1):
+            try:
+                with simple_timer("generate_sequences", agent_data.metrics):  # inference time, like the generations
+                    output = await self.server_manager.generate(
+                        request_id=agent_data.request_id,
+                        prompt_ids=list(ids),
+                        sampling_params=offpolicy.scoring_params(self._sampling_params),
+                    )
+            except Exception as error:
+                failure = f"{type(error).__name__}: {error}"
+            else:
+                if not _aborted(output):
+                    return self._token_logprobs(output, len(ids))
+                failure = f"aborted (stop_reason={output.stop_reason!r}, {len(output.token_ids)} tokens)"
+            logger.warning("%s: scoring request %d/%d failed: %s", AGENT_NAME, attempt, SCORING_ATTEMPTS, failure)
+        raise ScoringFailed(f"{SCORING_ATTEMPTS} scoring requests failed, the last: {failure}")
+
+    def _token_logprobs(self, output: Any, length: int) -> list[float]:
         try:
-            return offpolicy.prompt_token_logprobs(output.extra_fields, len(ids))
+            return offpolicy.prompt_token_logprobs(output.extra_fields, length)
         except offpolicy.PromptLogprobsError as error:
             key = (
                 "rollback_is_threshold" if self.saar_config.rollback_is_threshold is not None else "rollback_is_measure"
@@ -519,10 +577,13 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         )
         return content, calls[: self.max_parallel_calls]
 
-    def _end_position(self, agent_data: AgentData) -> None:
-        """Apply `rollback_exhausted_keep` to the position just given up: with `last`, drop its earlier attempts."""
+    async def _end_position(self, agent_data: AgentData) -> None:
+        """Apply `rollback_exhausted_keep` to the position just given up: with `last`, drop its earlier attempts.
+        Scored first (the gate or the measurement): below the gate's threshold every attempt stays."""
         closed = self.policy.closed
         if self.saar_config.rollback_exhausted_keep == "all" or closed.last_round == closed.stream_position:
+            return
+        if self.saar_config.scores_splices and await self._gate_kept_attempt(agent_data) == "append":
             return
         self._delete_segment(agent_data, closed.stream_position, closed.last_round)
         # What stays of the position (its last attempt, and an answer after it) was sampled after errors that are
@@ -533,6 +594,32 @@ class CleanerToolAgentLoop(ToolAgentLoop):
                 if index > start:
                     self.stats.spliced_spans.append(SplicedSpan(start, index, closed.event.retries, "exhausted"))
                 start = index + 1
+
+    async def _gate_kept_attempt(self, agent_data: AgentData) -> IsDecision | None:
+        """Score the model tokens of what `last` keeps (the last attempt and any answer after it), sampled after
+        the earlier attempts and their errors, in the stream those are cut from; record the score and decision."""
+        closed = self.policy.closed
+        start, cut = closed.stream_position, closed.last_round
+        prompt_length = len(agent_data.prompt_ids) - len(agent_data.response_mask)
+        kept = [index for index in range(cut.mask, len(agent_data.response_mask)) if agent_data.response_mask[index]]
+        removed = cut.ids - start.ids
+        purified = agent_data.prompt_ids[: start.ids] + agent_data.prompt_ids[cut.ids :]
+        sampled = [agent_data.response_logprobs[index] for index in kept] if agent_data.response_logprobs else None
+        try:
+            score = await self._score_tokens(
+                agent_data,
+                purified=(purified, [prompt_length + index - removed for index in kept]),
+                error_context=(agent_data.prompt_ids, [prompt_length + index for index in kept]),
+                sampled_logprobs=sampled,
+            )
+        except ScoringFailed as error:
+            self.policy.on_scoring_failed(str(error))
+            decision = "append" if self.saar_config.rollback_is_threshold is not None else None
+            self.policy.on_exhausted_scored(None, decision, str(error))
+            return decision
+        decision = self.policy.is_decision(score)
+        self.policy.on_exhausted_scored(score, decision)
+        return decision
 
     def _delete_segment(self, agent_data: AgentData, start: StreamPosition, end: StreamPosition) -> None:
         """Remove everything between two stream positions (turns, tool responses, history) and their turn counts."""

@@ -254,12 +254,41 @@ async def test_llamacpp_refuses_prompt_logprobs_naming_the_option():
 
 
 @pytest.mark.parametrize("backend", ["sglang", "vllm"])
-async def test_a_server_without_prompt_logprobs_in_its_answer_is_an_error(backend):
+async def test_a_completed_answer_without_prompt_logprobs_comes_back_without_them(backend):
+    """As from verl's servers: the agent loop, not the client, decides that such a server cannot serve SAAR's
+    scoring (a config error naming the key)."""
     with FakeInferenceServer(ANSWERS[backend]) as server:
         client = client_for(backend, server.url)
-        with pytest.raises(InferenceServerError, match="prompt_logprobs|input_token_logprobs"):
-            await client.generate("r", prompt_ids=PROMPT, sampling_params=SCORING)
-        await client.aclose()
+        try:
+            out = await client.generate("r", prompt_ids=PROMPT, sampling_params=SCORING)
+        finally:
+            await client.aclose()
+    assert out.stop_reason == "completed" and "prompt_logprobs" not in out.extra_fields
+
+
+def aborted(answer):
+    def respond(path, body):
+        status, payload = answer(path, body)
+        if "meta_info" in payload:
+            payload["meta_info"]["finish_reason"] = {"type": "abort"}
+            payload["meta_info"]["input_token_logprobs"] = []  # an abort cuts the prompt log-probs short
+        else:
+            payload["choices"][0]["finish_reason"] = "abort"
+            payload["choices"][0]["prompt_logprobs"] = None
+        return status, payload
+
+    return respond
+
+
+@pytest.mark.parametrize(("backend", "answer"), [("sglang", sglang_scoring_answer), ("vllm", vllm_scoring_answer)])
+async def test_an_aborted_scoring_answer_comes_back_aborted_without_prompt_logprobs(backend, answer):
+    with FakeInferenceServer(aborted(answer)) as server:
+        client = client_for(backend, server.url)
+        try:
+            out = await client.generate("r", prompt_ids=PROMPT, sampling_params=SCORING)
+        finally:
+            await client.aclose()
+    assert out.stop_reason == "aborted" and "prompt_logprobs" not in out.extra_fields
 
 
 async def test_vllm_prompt_logprobs_of_other_tokens_are_an_error():

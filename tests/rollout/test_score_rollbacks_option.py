@@ -45,15 +45,16 @@ MARKER = "[score-the-fix]"
 FAILING = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(84/0)"}}\n</tool_call>'
 FIXED = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(84//2)"}}\n</tool_call>'
 ANSWER = "The answer is \\boxed{42}."
-PURIFIED_LOGPROB = -0.5  # what the fake server gives every prompt token when scoring
+PROMPT_LOGPROB = -0.5  # what the fake server gives every prompt token when scoring, whatever its context
 
 
 def scripted_vllm(scripted):
-    """vLLM's /v1/completions over a ScriptedLLMServer (one trajectory: every call continues its script)."""
+    """vLLM's /v1/completions over a ScriptedLLMServer (one trajectory: every call continues its script); sampled
+    log-probs come back processed by the body's sampling parameters, as verl's vLLM server reports them."""
     import asyncio
 
     def answer(path, body):
-        params = {"max_tokens": body["max_tokens"]}
+        params = {key: body[key] for key in ("max_tokens", "temperature", "top_p", "top_k") if key in body}
         if "prompt_logprobs" in body:
             params["prompt_logprobs"] = body["prompt_logprobs"]
         out = asyncio.run(scripted.generate("trajectory", prompt_ids=body["prompt"], sampling_params=params))
@@ -84,7 +85,7 @@ async def test_scored_rollbacks_land_in_the_record(tmp_path, judge_url, qwen3_to
     from support.scripted_llm import ScriptedLLMServer
 
     scripted = ScriptedLLMServer(
-        qwen3_tokenizer, scripts={MARKER: [FAILING, FIXED, ANSWER]}, prompt_logprob=PURIFIED_LOGPROB
+        qwen3_tokenizer, scripts={MARKER: [FAILING, FIXED, ANSWER]}, prompt_logprob=PROMPT_LOGPROB
     )
     problem = Problem(
         problem_id="half-of-84",
@@ -110,14 +111,19 @@ async def test_scored_rollbacks_land_in_the_record(tmp_path, judge_url, qwen3_to
     [event] = record["saar_rollback_events"]
     [span] = record["saar_spliced_spans"]
     start, end = span[0], span[1]
-    # log IS = the purified-context log-probs (the server's prompt_logprobs) minus the sampled ones, over the splice.
-    behaviour = sum(record["response_logprobs"][start:end])
+    # At the rollout's T = 0.7 the sampled log-probs are temperature-scaled, the prompt log-probs raw: both sides of
+    # log IS are prompt log-probs (the purified context, then the error context). Context-independent: log IS = 0.
+    assert settings.temperature == 0.7 and record["response_logprobs"][start:end] != [PROMPT_LOGPROB] * (end - start)
     assert event["is_tokens"] == end - start
-    assert event["log_is_ratio"] == pytest.approx(PURIFIED_LOGPROB * (end - start) - behaviour)
+    assert event["log_is_ratio"] == pytest.approx(0.0, abs=1e-9)
     assert record["saar_is_scored"] == 1 and event["is_decision"] is None  # measured, no gate: always replaced
     scoring = [body for _, body in server.requests if "prompt_logprobs" in body]
-    assert scoring and all(body["prompt_logprobs"] == 0 and body["max_tokens"] == 1 for body in scoring)
+    assert all(body["prompt_logprobs"] == 0 and body["max_tokens"] == 1 for body in scoring)
+    purified, error_context = (body["prompt"] for body in scoring)
+    retry = scripted.requests[1]
+    assert error_context == retry.prompt_ids + retry.token_ids
+    assert "84/0" not in qwen3_tokenizer.decode(purified) and "84/0" in qwen3_tokenizer.decode(error_context)
     # The end-of-run summary prints the per-rollback log IS table.
     print_summary(tmp_path / "out.jsonl", [problem], settings, result)
-    row = next(line for line in capsys.readouterr().out.splitlines() if event["mode"] in line and "100%" in line)
+    row = next(line for line in capsys.readouterr().out.splitlines() if event["mode"] in line and "%" in line)
     assert format_log_ratio(event["log_is_ratio"]) in row

@@ -24,6 +24,7 @@ def test_defaults_match_the_reference_and_paper():
         False,
     )
     assert config.rollback_after_errors == 1 and not config.scores_splices
+    assert config.rollback_is_statistic == "sequence"  # the reference's design note: the sequence sum
 
 
 # A valid value other than the default for every field: a new field without one here fails the test below.
@@ -41,6 +42,7 @@ NON_DEFAULT = {
     "rollback_exhausted_keep": "all",
     "drop_infra_error_trajectories": True,
     "rollback_is_threshold": 0.5,
+    "rollback_is_statistic": "token_mean",
     "rollback_is_measure": True,
     "rollback_is_correction": True,
     "rollback_after_errors": 2,
@@ -109,6 +111,9 @@ def test_reads_an_omegaconf_section():
         ({"rollback_is_threshold": float("inf")}, "rollback_is_threshold"),
         ({"rollback_is_threshold": "0.5"}, "rollback_is_threshold"),
         ({"rollback_is_measure": "yes"}, "rollback_is_measure"),
+        ({"rollback_is_statistic": "mean"}, "rollback_is_statistic must be one of"),
+        ({"rollback_is_statistic": 1}, "rollback_is_statistic"),
+        ({"rollback_is_statistic": "token_mean", "rollback_is_measure": True}, "without rollback_is_threshold"),
         ({"rollback_is_correction": 1}, "rollback_is_correction"),
         ({"rollback_after_errors": 0}, "rollback_after_errors"),
         ({"rollback_after_errors": 1.5}, "rollback_after_errors"),

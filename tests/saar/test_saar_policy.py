@@ -247,6 +247,8 @@ def test_rollback_after_errors_tolerates_the_first_failures_in_a_row():
     assert p.on_round([OK], position=3, code="ok", feedback="") is Action.CONTINUE
     assert fail_round(p) is Action.CONTINUE
     assert (stats.rollbacks_triggered, stats.rollbacks_recovered) == (1, 1)
+    # the count restarts after every round without an eligible failure; each tolerated failure is counted
+    assert stats.tolerated_errors == 3
 
 
 def test_an_appended_recovery_is_recovered_but_not_spliced():
@@ -254,14 +256,49 @@ def test_an_appended_recovery_is_recovered_but_not_spliced():
     fail_round(p)
     p.on_resample(4)
     assert p.on_round([OK], position=1, code="print(x)", feedback="") is Action.PURIFY
-    event = p.on_appended("shallow", 0.8, "print(x)", IsScore(log_ratio=-3.0, tokens=4))
+    event = p.on_appended("shallow", 0.8, "print(x)", IsScore((-1.0, -0.5, -0.5, -1.0)))
     assert (event.is_decision, event.log_is_ratio, event.is_tokens, event.mode) == ("append", -3.0, 4, "shallow")
     assert (stats.rollbacks_recovered, stats.rollbacks_shallow, stats.rollbacks_deep) == (1, 0, 0)
     assert (stats.planb_appends, stats.planb_replaces, stats.is_scored, stats.purified_errors) == (1, 0, 1, 0)
     fail_round(p)
     p.on_resample(4)
     p.on_round([OK], position=2, code="print(x)", feedback="")
-    event = p.on_purified("deep", 0.1, "print(x)", False, IsScore(log_ratio=0.2, tokens=9), "replace")
-    assert (event.is_decision, event.log_is_ratio) == ("replace", 0.2)
+    event = p.on_purified("deep", 0.1, "print(x)", False, IsScore((0.1, 0.1) + (0.0,) * 7), "replace")
+    assert (event.is_decision, event.log_is_ratio, event.is_tokens) == ("replace", pytest.approx(0.2), 9)
     assert (stats.planb_appends, stats.planb_replaces, stats.is_scored, stats.rollbacks_deep) == (1, 1, 2, 1)
     assert stats.rollbacks_recovered == stats.rollbacks_shallow + stats.rollbacks_deep + stats.planb_appends
+
+
+@pytest.mark.parametrize(
+    ("score", "decision", "kept", "purified"),
+    [(IsScore((-2.0, -1.0)), "append", "all", 0), (IsScore((0.0, 0.1)), "replace", "last", 2)],
+)
+def test_the_gate_on_an_exhausted_positions_kept_attempt_keeps_every_attempt_below_the_threshold(
+    score, decision, kept, purified
+):
+    p, stats = policy(max_tool_retries=2, rollback_is_threshold=0.5)
+    for retry in range(3):
+        if retry:
+            p.on_resample(1)
+        p.on_round([NAME_ERROR], position=0, code=f"c{retry}", feedback="e", stream_position=f"cp{retry}")
+    assert p.is_decision(score) == decision
+    p.on_exhausted_scored(score, decision)
+    [event] = stats.rollback_events
+    assert (event.kept, event.is_decision, event.is_statistic, stats.purified_errors) == (
+        kept,
+        decision,
+        "sequence",
+        purified,
+    )
+    assert (event.log_is_ratio, event.is_token_log_ratios, stats.is_scored) == (
+        score.log_ratio,
+        list(score.token_log_ratios),
+        1,
+    )
+    assert (stats.planb_exhausted_appends, stats.planb_exhausted_replaces) == (int(kept == "all"), int(kept == "last"))
+
+
+def test_a_failed_scoring_is_an_infrastructure_error_of_the_trajectory():
+    p, stats = policy(rollback_is_threshold=0.5)
+    p.on_scoring_failed("3 scoring requests failed")
+    assert (stats.infra_errors, stats.failures[ErrorCategory.SCORING_FAILED]) == (1, 1)

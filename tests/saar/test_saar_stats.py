@@ -41,5 +41,9 @@ def test_fraction_flags_and_provenance():
         "kept": None,
         "log_is_ratio": None,
         "is_tokens": None,
+        "is_token_log_ratios": None,
         "is_decision": None,
+        "is_statistic": None,
+        "is_statistic_value": None,
+        "is_error": None,
     }

@@ -7,10 +7,21 @@ the first time that request id is seen, by a marker string found in the decoded 
 of one prompt each replay the script from the start). Every request is recorded so tests can check
 exactly what the model saw and which tokens it sampled.
 
+Log-probs behave like verl's vLLM and SGLang servers. Each sampled token has a raw (temperature 1) log-prob,
+unique per (turn, position) so tests can trace tokens back; the server reports it *processed* by the request's
+sampling parameters, as vLLM's `processed_logprobs` and SGLang do: divided by the temperature and shrunk by top-p
+and top-k (a truncated, renormalised distribution gives its tokens higher log-probs), unchanged at T = 1 without
+truncation (and at T = 0, greedy).
+
 A request whose sampling parameters ask for `prompt_logprobs` (verl's scoring contract: one row per prompt
 token, row i the log-prob of token i+1, the last row a dummy) is a scoring prefill: it consumes no script turn,
-is recorded in `score_requests`, and is answered with the scripted `prompt_logprob` values, or, when that is
-None, like a backend without the feature (one token, no prompt log-probs).
+is recorded in `score_requests`, and is answered, by default (`prompt_logprob=ENGINE`), with raw log-probs that
+depend on the context, as the engines compute them: a token in the exact context it was sampled in gets its raw
+sampled log-prob, any other prompt token a value derived from its preceding tokens. A float or a function of the
+prompt ids gives every token that value instead (a backend whose prompt log-probs ignore the context); None
+answers like a backend without the feature (one token, no prompt log-probs). `scoring_aborts` makes the next
+scoring requests fail as aborted ones do on verl's servers: "vllm" answers no tokens with stop_reason "aborted",
+"sglang" raises the AssertionError of verl's `_extract_prompt_logprobs_sglang`.
 """
 
 from __future__ import annotations
@@ -53,7 +64,8 @@ class RecordedRequest:
     prompt_ids: list[int]
     sampling_params: dict[str, Any]
     token_ids: list[int]
-    log_probs: list[float]
+    log_probs: list[float]  # as reported: processed by the sampling parameters
+    raw_log_probs: list[float]  # the temperature-1, untruncated log-probs of the same tokens
 
 
 @dataclass(frozen=True)
@@ -71,8 +83,32 @@ class _Cursor:
 
 
 def scripted_log_prob(turn_index: int, position: int) -> float:
-    """A deterministic, distinct, negative log-prob per (turn, position), so tests can trace tokens back."""
+    """A deterministic, distinct, negative raw log-prob per (turn, position), so tests can trace tokens back."""
     return -(1 + turn_index * 10007 + position) / 1_000_003
+
+
+def processed_log_prob(raw: float, sampling_params: dict[str, Any]) -> float:
+    """What the engines report for a sampled token of raw log-prob `raw` (see the module docstring)."""
+    temperature = sampling_params.get("temperature")
+    temperature = 1.0 if temperature is None else float(temperature)
+    if temperature == 0:
+        return raw
+    top_p, top_k = sampling_params.get("top_p"), sampling_params.get("top_k")
+    factor = 1.0 / temperature
+    if top_p is not None and top_p < 1.0:
+        factor *= top_p
+    if top_k is not None and top_k > 0:
+        factor *= 0.5
+    return raw * factor
+
+
+def context_log_prob(context: Sequence[int], token: int) -> float:
+    """A raw log-prob in [-3, -0.001] for `token` after `context` that changes with the last 32 context tokens."""
+    key = ",".join(map(str, [*context[-32:], token])).encode()
+    return -(1 + zlib.crc32(key) % 3000) / 1000
+
+
+ENGINE = "engine"  # prompt_logprob: context-dependent raw log-probs, as vLLM and SGLang compute them
 
 
 @dataclass
@@ -84,10 +120,12 @@ class ScriptedLLMServer:
     delay_s: float = 0.0
     # False: answer like a server run with `calculate_log_probs=False` (no log-probs at all).
     with_log_probs: bool = True
-    # Scoring prefills (`prompt_logprobs`): the log-prob of every prompt token, or a function of the prompt ids
-    # giving it for that request; None answers like a backend that cannot return prompt log-probs.
-    prompt_logprob: float | Callable[[list[int]], float] | None = None
+    # Scoring prefills (`prompt_logprobs`): ENGINE (context-dependent raw log-probs), the log-prob of every prompt
+    # token, or a function of the prompt ids giving it; None answers like a backend without prompt log-probs.
+    prompt_logprob: float | Callable[[list[int]], float] | str | None = ENGINE
     score_requests: list[RecordedScore] = field(default_factory=list)
+    # The next scoring requests fail as aborted ones do: "vllm" (no tokens, "aborted") or "sglang" (raises).
+    scoring_aborts: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._compiled: dict[str, list[list[int]]] = {}
@@ -148,7 +186,8 @@ class ScriptedLLMServer:
         turn_index = cursor.next_turn
         cursor.next_turn += 1
         token_ids = list(turns[turn_index])
-        log_probs = [scripted_log_prob(turn_index, position) for position in range(len(token_ids))]
+        raw_log_probs = [scripted_log_prob(turn_index, position) for position in range(len(token_ids))]
+        log_probs = [processed_log_prob(raw, sampling_params) for raw in raw_log_probs]
         self.requests.append(
             RecordedRequest(
                 request_id=request_id,
@@ -158,6 +197,7 @@ class ScriptedLLMServer:
                 sampling_params=dict(sampling_params),
                 token_ids=token_ids,
                 log_probs=log_probs,
+                raw_log_probs=raw_log_probs,
             )
         )
         return TokenOutput(
@@ -168,11 +208,20 @@ class ScriptedLLMServer:
         )
 
     def _score(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any]) -> TokenOutput:
+        if self.scoring_aborts:
+            style = self.scoring_aborts.pop(0)
+            self.score_requests.append(RecordedScore(request_id, prompt_ids, sampling_params, None))
+            if style == "sglang":  # verl's _extract_prompt_logprobs_sglang on an aborted request's empty logprobs
+                raise AssertionError(
+                    f"SGLang prompt_logprobs length (1) does not match sequence length ({len(prompt_ids)}); "
+                    "check logprob_start_len=0 invariant."
+                )
+            return TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted", extra_fields={"global_steps": 0})
         extra_fields: dict[str, Any] = {}
         rows = None
         if self.prompt_logprob is not None:
-            value = self.prompt_logprob(prompt_ids) if callable(self.prompt_logprob) else self.prompt_logprob
-            rows = [[float(value)] for _ in prompt_ids[1:]] + [[0.0]]
+            values = self._prompt_values(request_id, prompt_ids)
+            rows = [[value] for value in values] + [[0.0]]
             extra_fields = {"prompt_logprobs": rows, "prompt_ids": [[token] for token in prompt_ids[1:]] + [[0]]}
         self.score_requests.append(RecordedScore(request_id, prompt_ids, sampling_params, rows))
         return TokenOutput(
@@ -182,6 +231,23 @@ class ScriptedLLMServer:
             num_preempted=0,
             extra_fields=extra_fields,
         )
+
+    def _prompt_values(self, request_id: str, prompt_ids: list[int]) -> list[float]:
+        """Log-probs of prompt tokens 1..n-1 (the first has none)."""
+        if self.prompt_logprob != ENGINE:
+            value = self.prompt_logprob(prompt_ids) if callable(self.prompt_logprob) else self.prompt_logprob
+            return [float(value)] * (len(prompt_ids) - 1)
+        values = [context_log_prob(prompt_ids[:index], prompt_ids[index]) for index in range(1, len(prompt_ids))]
+        # A token in the very context it was sampled in: its raw sampled log-prob.
+        for request in self.requests:
+            start = len(request.prompt_ids)
+            if request.request_id != request_id or prompt_ids[:start] != request.prompt_ids:
+                continue
+            for offset, (token, raw) in enumerate(zip(request.token_ids, request.raw_log_probs)):
+                if start + offset >= len(prompt_ids) or prompt_ids[start + offset] != token:
+                    break
+                values[start + offset - 1] = raw
+        return values
 
     def requests_for(self, marker: str) -> list[RecordedRequest]:
         return [request for request in self.requests if request.marker == marker]
@@ -366,6 +432,25 @@ def unsampled_positions(
         for index, (token, mask, logprob) in enumerate(zip(response_ids, response_mask, response_logprobs))
         if mask == 1 and emitted.get(logprob) != token
     ]
+
+
+def off_context_positions(server: ScriptedLLMServer, marker: str, output: Any) -> list[int]:
+    """Response positions with mask 1 whose token is trained after a context other than the one it was sampled in
+    (the prompt and every token before it, as the server saw them when it sampled the token)."""
+    emitted = {}
+    for request in server.requests_for(marker):
+        for offset, logprob in enumerate(request.log_probs):
+            emitted[logprob] = (request, offset)
+    sequence = list(output.prompt_ids) + list(output.response_ids)
+    start = len(output.prompt_ids)
+    positions = []
+    for index, (mask, logprob) in enumerate(zip(output.response_mask, output.response_logprobs)):
+        if mask != 1:
+            continue
+        request, offset = emitted[logprob]
+        if sequence[: start + index] != request.prompt_ids + request.token_ids[:offset]:
+            positions.append(index)
+    return positions
 
 
 def render_conversation(tokenizer, tool_schemas: list[dict], messages: list[dict[str, str]]) -> str:

@@ -194,6 +194,7 @@ async def test_rollback_after_two_errors_keeps_the_first_failure_and_replaces_th
     assert "totall" not in qwen3_tokenizer.decode(output.response_ids)
     f = output.extra_fields
     assert (f["saar_rollbacks_triggered"], f["saar_rollbacks_recovered"], f["saar_rollbacks_deep"]) == (1, 1, 1)
+    assert f["saar_tolerated_errors"] == 1  # the first failure, left in the trajectory
     [event] = f["saar_rollback_events"]
     assert (event["position"], event["failed_code"]) == (1, SECOND_FAILURE)
     assert output.num_turns == 6  # user, first failure, its error, the fix, its result, the answer
@@ -208,7 +209,38 @@ async def test_rollback_after_two_errors_leaves_a_single_failure_exactly_as_with
     output, _, _ = await run(qwen3_tokenizer, script, rollback_after_errors=2)
     saar_off, _, _ = await run(qwen3_tokenizer, script, enable_tool_rollback=False)
     assert_same_tokens(output, saar_off)
-    assert output.extra_fields["saar_rollbacks_triggered"] == 0
+    assert (output.extra_fields["saar_rollbacks_triggered"], output.extra_fields["saar_tolerated_errors"]) == (0, 1)
+
+
+async def test_the_tolerance_counts_failing_rounds_in_a_row_and_restarts_after_a_success(qwen3_tokenizer):
+    """rollback_after_errors counts consecutive failing tool rounds, not failures at one position: a success
+    between two failures re-arms it, so neither failure is rolled back; both are counted as tolerated."""
+    script = [
+        FIRST,
+        turn("It ran.", SIMILAR_FIX),
+        turn("Once more.", SECOND_FAILURE),
+        turn("Fixed.", OTHER_FIX),
+        ANSWER,
+    ]
+    output, _, _ = await run(qwen3_tokenizer, script, rollback_after_errors=2)
+    saar_off, _, _ = await run(qwen3_tokenizer, script, enable_tool_rollback=False)
+    assert_same_tokens(output, saar_off)
+    f = output.extra_fields
+    assert (f["saar_rollbacks_triggered"], f["saar_tolerated_errors"], f["saar_fail_exception"]) == (0, 2, 2)
+
+
+async def test_a_shallow_parse_fallback_is_counted_only_when_the_splice_is_made(qwen3_tokenizer):
+    """The fallback to deep is a property of a splice; an appended position splices nothing."""
+    from support.scripted_llm import tool_call_text
+
+    drafted = f"<think>\nDraft: {tool_call_text(FAILED)}\n</think>\n\n" + tool_call_text(
+        "print(totl)\n# outcome: exception NameError"
+    )
+    script = [drafted, turn("Typo.", SIMILAR_FIX), ANSWER]
+    appended, _, _ = await run(qwen3_tokenizer, script, prompt_logprob=-1.0, rollback_is_threshold=0.5)
+    replaced, _, _ = await run(qwen3_tokenizer, script, prompt_logprob=0.0, rollback_is_threshold=0.5)
+    assert [output.extra_fields["saar_planb_appends"] for output in (appended, replaced)] == [1, 0]
+    assert [output.extra_fields["saar_shallow_parse_fallbacks"] for output in (appended, replaced)] == [0, 1]
 
 
 async def test_an_append_after_failed_retries_keeps_the_whole_chain_as_without_saar(qwen3_tokenizer):

@@ -89,14 +89,49 @@ def test_prompt_logprobs_and_detokenize_are_mapped_and_a_negative_count_refused(
         sampling_request([1, 2], {"prompt_logprobs": -1}, 8, 16, {9})
 
 
-def test_prompt_log_probs_are_on_the_scale_of_the_sampled_log_probs(model, prompt):
-    """A sampled continuation, scored as a prompt at the same temperature, gets back the log-probs it was sampled with."""
-    [sampled] = generate_batch(
-        model, [SamplingRequest(prompt, max_tokens=6, temperature=0.7, seed=3)], pad_id=0, rng=torch.Generator()
-    )
-    whole = prompt + sampled.token_ids
-    _, _, scored = score_prompt(model, whole, 0, temperature=0.7)
-    rescored = [row[0] for row in scored.logprobs[len(prompt) - 1 : len(whole) - 1]]
-    assert rescored == pytest.approx(sampled.log_probs, abs=1e-4)
-    _, _, unscaled = score_prompt(model, whole, 0, temperature=1.0)
-    assert [row[0] for row in unscaled.logprobs[len(prompt) - 1 : len(whole) - 1]] != pytest.approx(rescored, abs=1e-4)
+def _sampled(model, prompt, **sampling) -> tuple[list[int], list[float]]:
+    request = SamplingRequest(prompt, max_tokens=6, seed=3, **sampling)
+    [result] = generate_batch(model, [request], pad_id=0, rng=torch.Generator())
+    return result.token_ids, result.log_probs
+
+
+def _scored(model, prompt, continuation) -> list[float]:
+    whole = prompt + continuation
+    _, _, scored = score_prompt(model, whole, 0)
+    return [row[0] for row in scored.logprobs[len(prompt) - 1 : len(whole) - 1]]
+
+
+def test_prompt_log_probs_are_raw_and_equal_sampled_ones_only_at_t1_without_truncation(model, prompt):
+    """As on verl's vLLM and SGLang servers: prompt log-probs are the raw temperature-1 distribution; a continuation
+    sampled at T = 1 without top-k/top-p, scored as a prompt, gets back the log-probs it was sampled with."""
+    tokens, sampled = _sampled(model, prompt, temperature=1.0)
+    assert _scored(model, prompt, tokens) == pytest.approx(sampled, abs=1e-4)
+    for sampling in ({"temperature": 0.7}, {"temperature": 1.0, "top_k": 3}, {"temperature": 1.0, "top_p": 0.5}):
+        tokens, sampled = _sampled(model, prompt, **sampling)
+        expected = _full_forward_log_probs(model, prompt + tokens)
+        raw = [float(expected[len(prompt) - 1 + i, token]) for i, token in enumerate(tokens)]
+        assert _scored(model, prompt, tokens) == pytest.approx(raw, abs=1e-4), sampling
+        assert sampled != pytest.approx(raw, abs=1e-4), sampling
+
+
+def _processed(logits: torch.Tensor, token: int, temperature: float, top_k: int, top_p: float) -> float:
+    """vLLM's processed log-prob, written out: scale, keep the top k, keep the nucleus, renormalise."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    order = torch.argsort(probs, descending=True)
+    kept = order[:top_k] if top_k > 0 else order
+    mass = torch.cumsum(probs[kept], dim=0)
+    kept = kept[: int((mass - probs[kept] < top_p).sum())]
+    assert token in kept.tolist()
+    return float(torch.log(probs[token] / probs[kept].sum()))
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(0.7, -1, 1.0), (1.0, 5, 1.0), (0.8, -1, 0.6), (1.3, 8, 0.9)]
+)
+def test_sampled_log_probs_are_processed_like_vllms(model, prompt, temperature, top_k, top_p):
+    tokens, sampled = _sampled(model, prompt, temperature=temperature, top_k=top_k, top_p=top_p)
+    logits = _full_forward_log_probs(model, prompt + tokens)  # log-softmax: the same distribution as the logits
+    expected = [
+        _processed(logits[len(prompt) - 1 + i], token, temperature, top_k, top_p) for i, token in enumerate(tokens)
+    ]
+    assert sampled == pytest.approx(expected, abs=1e-4)

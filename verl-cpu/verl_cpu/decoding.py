@@ -103,9 +103,7 @@ class DecodingBatch:
 
     def _admit_scored(self, ticket: object, request: SamplingRequest, rng: torch.Generator) -> None:
         """Prefill a prompt whole, keeping the log-probs of its tokens (no cached prefix: those need logits)."""
-        cache, logits, scored = score_prompt(
-            self.model, request.prompt_ids, request.prompt_logprobs, request.temperature
-        )
+        cache, logits, scored = score_prompt(self.model, request.prompt_ids, request.prompt_logprobs)
         length = len(request.prompt_ids)
         result = SamplingResult([], [], FINISH_LENGTH, prompt_ids=scored.ids, prompt_logprobs=scored.logprobs)
         row = _Row(ticket, request, row_generator(request, rng), None, result)

@@ -5,9 +5,9 @@ verl 0.9.1's vLLM and SGLang servers take `prompt_logprobs` in the sampling para
 0..i (`prompt_logprobs`) and that token's id (`prompt_ids`); the first token has no context and so no row of
 its own, and the last row is a dummy (zeros). With `prompt_logprobs=0` each row holds the prompt token's own
 log-prob; with k > 0 it holds the k most likely tokens at that position, best first, whether or not the prompt
-token is among them. The log-probs are those of the distribution this backend samples from, the logits divided by
-the request's temperature (none at temperature 0), so they compare with the log-probs of its sampled tokens: a
-token scored in another context (SAAR's importance ratio) is measured on the same scale it was sampled on.
+token is among them. As in those servers, the log-probs are of the model's raw distribution (the logits at
+temperature 1, no top-k/top-p) whatever the request's sampling parameters; they equal the log-probs of sampled
+tokens (`sampling.py`) only for a request sampled at temperature 1 without top-k/top-p.
 
 The prompt is run through the model in chunks of `chunk_tokens` positions with a growing KV cache, so the
 logits of only one chunk (chunk × vocabulary floats) are held at a time; the cache and the last position's
@@ -41,7 +41,6 @@ def score_prompt(
     model: torch.nn.Module,
     prompt_ids: list[int],
     num_logprobs: int,
-    temperature: float = 1.0,
     chunk_tokens: int = SCORE_CHUNK_TOKENS,
 ) -> tuple[DynamicCache, torch.Tensor, PromptLogprobs]:
     """Run `prompt_ids` through `model`; returns its KV cache, the last position's logits [1, vocab] (float32)
@@ -72,8 +71,7 @@ def score_prompt(
         )
         # Position p predicts token p + 1; the prompt's last position predicts no prompt token.
         targets = tokens[0, start + 1 : end + 1]
-        scale = temperature if temperature > 0 else 1.0  # as sampling.py scores a sampled token
-        log_probs = torch.log_softmax(logits[: targets.numel()] / scale, dim=-1)
+        log_probs = torch.log_softmax(logits[: targets.numel()], dim=-1)
         if num_logprobs == 0:
             ids += targets.unsqueeze(-1).tolist()
             logprobs += log_probs.gather(-1, targets.unsqueeze(-1)).tolist()

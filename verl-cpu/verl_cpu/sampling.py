@@ -3,9 +3,10 @@
 Each request has its own sampling settings and its own random generator (seeded per request when a seed is
 given), so what a request samples does not depend on the requests it is batched with.
 
-Log-probs are those of the sampled token under the temperature-scaled distribution before top-k/top-p
-filtering: the quantity verl's actor recomputes (`logits / temperature`, full vocabulary), so rollout and
-actor log-probs are comparable.
+Log-probs are those of the sampled token under the distribution it was drawn from, the logits divided by the
+temperature and then restricted to the top-k / top-p tokens and renormalised: what verl's vLLM server reports (it
+starts vLLM with `logprobs_mode=processed_logprobs`). Without top-k/top-p this is the quantity verl's actor
+recomputes (`logits / temperature`, full vocabulary); greedy decoding (temperature 0) reports the raw log-softmax.
 """
 
 from __future__ import annotations
@@ -71,13 +72,17 @@ def _nucleus_candidates(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor
     return torch.sort(probs, descending=True)
 
 
+def top_k_logits(scaled: torch.Tensor, top_k: int) -> torch.Tensor:
+    """The scaled logits with every token outside the top k masked out (unchanged when top_k is off)."""
+    if 0 < top_k < scaled.numel():
+        kth = torch.topk(scaled, top_k).values[-1]
+        return scaled.masked_fill(scaled < kth, -math.inf)
+    return scaled
+
+
 def filtered_probs(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """Probabilities of the scaled logits after top-k and nucleus (top-p) filtering."""
-    logits = scaled
-    if 0 < top_k < logits.numel():
-        kth = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, -math.inf)
-    probs = torch.softmax(logits, dim=-1)
+    probs = torch.softmax(top_k_logits(scaled, top_k), dim=-1)
     if top_p < 1.0:
         sorted_probs, order = _nucleus_candidates(probs, top_p)
         # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
@@ -105,7 +110,9 @@ def sample_row(logits: torch.Tensor, request: SamplingRequest, generator: torch.
     scaled = logits / request.temperature
     probs = filtered_probs(scaled, request.top_k, request.top_p)
     token = draw(probs, generator)
-    return token, float(torch.log_softmax(scaled, dim=-1)[token])
+    if request.top_p < 1.0:  # renormalised over the nucleus: the drawn token's probability is its log-prob
+        return token, math.log(float(probs[token]))
+    return token, float(torch.log_softmax(top_k_logits(scaled, request.top_k), dim=-1)[token])
 
 
 def row_generator(request: SamplingRequest, fallback: torch.Generator) -> torch.Generator:
