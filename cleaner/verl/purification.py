@@ -203,48 +203,43 @@ def _nested(rows: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def apply_v1(config: PurificationConfig, batch) -> None:
+    """Rewrite `response_mask` and `loss_mask` in TransferQueue for the rows of `batch` the mode changes."""
     import transfer_queue as tq
+    from tensordict import TensorDict
 
-    positions = _real_keys(batch)
-    keys = [batch.keys[index] for index in positions]
+    from cleaner.verl.trainer_metrics import fetch_extra_fields
+
+    keys = [batch.keys[index] for index in _real_keys(batch)]
     if not keys:
         return
     data = tq.kv_batch_get(
-        keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "response_mask", "extra_fields"]
+        keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "response_mask"]
     )
     masks = list(data["response_mask"].unbind(0))
     purified = purify_masks(
         config,
-        list(data["uid"].tolist()) if hasattr(data["uid"], "tolist") else list(data["uid"]),
+        list(data.pop("uid").tolist()),
         [_score(row) for row in data["rm_scores"].unbind(0)],
-        list(data["extra_fields"].tolist()),
+        fetch_extra_fields(keys, batch.partition_id),
         masks,
     )
     if purified is None:
         return
-    from tensordict import TensorDict
-
-    nested = _nested(purified)
-    fields = TensorDict({"response_mask": nested, "loss_mask": _nested(purified)}, batch_size=len(keys))
+    fields = TensorDict({"response_mask": _nested(purified), "loss_mask": _nested(purified)}, batch_size=len(keys))
     tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=fields)
 
 
 def v1_audit(batch) -> dict[str, float]:
     import transfer_queue as tq
 
+    from cleaner.verl.trainer_metrics import fetch_extra_fields
+
     keys = [batch.keys[index] for index in _real_keys(batch)]
     if not keys:
         return {}
-    data = tq.kv_batch_get(
-        keys=keys, partition_id=batch.partition_id, select_fields=["response_mask", "advantages", "extra_fields"]
-    )
-    return audit_metrics(
-        audit_rows(
-            list(data["extra_fields"].tolist()),
-            list(data["response_mask"].unbind(0)),
-            list(data["advantages"].unbind(0)),
-        )
-    )
+    data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["response_mask", "advantages"])
+    extra = fetch_extra_fields(keys, batch.partition_id)
+    return audit_metrics(audit_rows(extra, list(data["response_mask"].unbind(0)), list(data["advantages"].unbind(0))))
 
 
 def _wrap_v1_compute_advantage(original: Callable) -> Callable:
