@@ -177,3 +177,21 @@ def test_roc_needs_a_group_relative_estimator():
 )
 def test_every_mode_passes_with_what_it_needs(mode):
     assert purification_problems(trainer_config(purification=mode)) == []
+
+
+def test_the_records_grpo_rule_is_verls(install):
+    """`cleaner.purify.audit.grpo_advantages` (recorded trajectories) equals verl's GRPO with group statistics."""
+    from cleaner.purify.audit import grpo_advantages
+
+    scores = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+    groups = ["a", "a", "a", "a", "b", "b", "c", "d"]
+    trained = [True, True, True, False, True, True, True, False]
+    rewards = torch.zeros(len(scores), 3)
+    rewards[:, -1] = torch.tensor(scores)
+    mask = torch.tensor([[1.0, 1.0, 1.0] if row else [0.0] * 3 for row in trained])
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask},
+        non_tensors={"uid": np.array(groups, dtype=object)},
+    )
+    verl = ray_trainer.compute_advantage(data, "grpo").batch["advantages"][:, 0]
+    assert grpo_advantages(scores, groups, trained) == pytest.approx(verl.tolist(), abs=1e-5)
