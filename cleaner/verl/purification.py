@@ -248,7 +248,7 @@ def _wrap_v1_compute_advantage(original: Callable) -> Callable:
         if _config is not None and _config.mode in TRAINER_MODES:
             apply_v1(_config, batch)
         result = original(self, batch, metrics, *args, **kwargs)
-        metrics.update(v1_audit(result))
+        metrics.update(v1_audit(batch))  # the same keys; `batch` carries the padding tags
         return result
 
     setattr(_compute_advantage, _MARK, True)
