@@ -118,6 +118,8 @@ def audit_rows(extra: Sequence[dict | None], masks: Sequence[torch.Tensor], adva
         if fields.get(NEGATIVE_SAMPLE_KEY):
             continue
         mask_values = mask.tolist()
+        # A row of another agent loop (tool_agent, single_turn_agent) has no record: it never resamples, so its
+        # generated tokens are its model tokens.
         rows.append(
             AuditRow(
                 turns=turns_from_field(fields.get(TURNS_KEY)),
