@@ -84,3 +84,19 @@ async def test_a_turn_without_call_or_answer_is_void(qwen3_tokenizer):
     turns = turns_from_field(output.extra_fields[TURNS_KEY])
     assert [t.void for t in turns] == [False, True]
     assert [t.failed for t in turns] == [True, False]
+
+
+async def test_a_failure_saar_tolerates_stays_a_failed_turn(qwen3_tokenizer):
+    """rollback_after_errors=2: the first failure stays in the open; the second is rolled back by the retry."""
+    second = turn("Trying again.", FAILED + "\n")
+    output, server = await run(
+        qwen3_tokenizer, [FIRST, second, RETRY, ANSWER], enable_tool_rollback=True, rollback_after_errors=2
+    )
+    turns = turns_from_field(output.extra_fields[TURNS_KEY])
+    assert [(t.call, t.answer, t.failed) for t in turns] == [
+        (True, False, True),
+        (True, False, False),
+        (False, True, False),
+    ]
+    assert text(qwen3_tokenizer, output, turns[0].start, turns[0].end) == FIRST + "<|im_end|>"
+    assert output.extra_fields[GENERATED_TOKENS_KEY] == generated(server)
