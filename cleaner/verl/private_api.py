@@ -112,8 +112,10 @@ PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
         "verl.trainer.ppo.v1.trainer_base",
         "PPOTrainer._compute_advantage",
         ("self", "batch", "metrics"),
-        "tool_dpo.hooks",
+        "tool_dpo.hooks, purification",
     ),
+    # the trainer-side purification modes and the purify/* audit (cleaner.verl.purification)
+    PrivateMethod("verl.trainer.ppo.ray_trainer", "compute_advantage", ("data", "adv_estimator"), "purification"),
     PrivateMethod("verl.trainer.ppo.v1.utils", "compute_advantage", ("data", "adv_estimator"), "tool_dpo.hooks"),
     # the reward manager (cleaner.verl.reward_manager)
     PrivateMethod(

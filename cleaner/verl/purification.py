@@ -264,6 +264,9 @@ def install(config: DictConfig) -> None:
     """Apply the configured mode and log the audit in both trainers of this process (idempotent)."""
     global _config
     _config = PurificationConfig.from_multi_turn(OmegaConf.select(config, MULTI_TURN) or {})
+    from cleaner.verl.private_api import require_verl_api
+
+    require_verl_api()
     from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
