@@ -1,7 +1,7 @@
 """The evaluation scripts' platform switch (PLATFORM=cpu) and the validation-only run's training batch.
 
 The verl command lines come from PRINT_COMMAND=1 (one argument per line, a blank line after each run);
-tests/verl/cpu/test_eval_cpu_e2e.py runs the same script for real.
+tests/e2e/test_eval_cpu_e2e.py scores a real validation pass of the CPU training recipe (same overrides, same dump).
 """
 
 from __future__ import annotations
