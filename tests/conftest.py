@@ -1,4 +1,4 @@
-"""Fixtures shared across the suite: the real Qwen3 tokenizer and a real code-judge service."""
+"""Fixtures shared across the suite: the real Qwen3 tokenizer, the tiny Qwen2 model and a real code-judge service."""
 
 from __future__ import annotations
 
@@ -26,6 +26,14 @@ def qwen3_tokenizer():
     from cleaner.models.qwen3_tokenizer import load_qwen3_tokenizer
 
     return load_qwen3_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The tiny random Qwen2 model (real Qwen2.5 tokenizer) that the CPU trainer runs train, built once."""
+    from cleaner.models.tiny_qwen2 import build_tiny_qwen2
+
+    return build_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2") / "model")
 
 
 @pytest.fixture(scope="session")

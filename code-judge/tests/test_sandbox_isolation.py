@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from judge_harness import SCHEDULING_SLACK_S, wait_until
 
 import code_judge
 from code_judge.execution import LimitHit, Limits
@@ -213,12 +214,24 @@ def quick_sandbox() -> Iterator[tuple[Sandbox, int]]:
         yield box, bwrap_pid
 
 
+def signal_once_running(zygote_pid: int, pid: int, signum: int) -> threading.Thread:
+    """A thread that sends `signum` to `pid` once the zygote has forked the run's process (a run is under way)."""
+
+    def send() -> None:
+        wait_until(lambda: children_of(zygote_pid), 30, "the zygote to start the run", 0.01)
+        os.kill(pid, signum)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
 def test_zygote_killed_from_outside_mid_run_is_reported_and_replaced(quick_sandbox):
     box, bwrap_pid = quick_sandbox
-    killer = threading.Timer(0.3, os.kill, (bwrap_pid, signal.SIGKILL))
-    killer.start()
+    (zygote_pid,) = children_of(bwrap_pid)
+    killer = signal_once_running(zygote_pid, bwrap_pid, signal.SIGKILL)
     with pytest.raises(SandboxCrashed, match="died during a run"):
-        box.run("import time; time.sleep(3)", "", LIMITS)
+        box.run("import time; time.sleep(100)", "", LIMITS)
     killer.join()
     assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
 
@@ -248,14 +261,13 @@ def test_heavy_zygote_killed_while_idle_is_replaced_and_the_light_one_keeps_serv
 def test_frozen_zygote_is_abandoned_at_the_wall_limit_and_replaced(quick_sandbox):
     box, bwrap_pid = quick_sandbox
     (zygote_pid,) = children_of(bwrap_pid)
-    freezer = threading.Timer(0.2, os.kill, (zygote_pid, signal.SIGSTOP))
-    freezer.start()
+    freezer = signal_once_running(zygote_pid, zygote_pid, signal.SIGSTOP)
     started = time.monotonic()
-    result = box.run("import time; time.sleep(3)", "", Limits(wall_time_s=1.0))
+    result = box.run("import time; time.sleep(100)", "", Limits(wall_time_s=1.0))
     elapsed = time.monotonic() - started
     freezer.join()
     assert result.limit_hit is LimitHit.WALL_TIME
-    assert 1.0 <= elapsed < 1.0 + box.config.backstop_s + 0.3
+    assert 1.0 <= elapsed < 1.0 + box.config.backstop_s + SCHEDULING_SLACK_S
     assert box.run("print('fresh zygote')", "", LIMITS).stdout == "fresh zygote\n"
 
 

@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from judge_harness import SCHEDULING_SLACK_S
 
 from code_judge.execution import LimitHit, Limits
 from code_judge.sandbox import Sandbox
@@ -38,13 +39,13 @@ def timed_run(sandbox: Sandbox, source: str, limits: Limits):
     ],
     ids=["busy-loop", "disarm-and-sleep", "os-system-sleep"],
 )
-def test_wall_time_limit_is_reported_within_half_a_second(sandbox, source):
+def test_wall_time_limit_stops_the_program_at_the_limit(sandbox, source):
     limits = Limits(wall_time_s=1.0, cpu_time_s=5)
     result, elapsed = timed_run(sandbox, source, limits)
     assert result.limit_hit is LimitHit.WALL_TIME
     assert not result.run_success
-    assert 1.0 <= elapsed < 1.5
-    assert 1.0 <= result.cost_s < 1.5
+    assert 1.0 <= elapsed < 1.0 + SCHEDULING_SLACK_S
+    assert 1.0 <= result.cost_s < 1.0 + SCHEDULING_SLACK_S
 
 
 def test_a_program_sleeping_exactly_the_limit_is_stopped_by_it(sandbox):
@@ -55,7 +56,7 @@ def test_a_program_sleeping_exactly_the_limit_is_stopped_by_it(sandbox):
     # Killed at the cap, or ended by itself at the very cap: a timeout either way, never a success.
     assert [(r.limit_hit, r.run_success) for r in results] == [(LimitHit.WALL_TIME, False)] * 4
     assert all(r.signal in (signal.SIGKILL, None) for r in results)
-    assert all(2.0 <= r.cost_s < 2.5 for r in results)
+    assert all(2.0 <= r.cost_s < 2.0 + SCHEDULING_SLACK_S for r in results)
 
 
 def test_cpu_limit_cannot_be_raised(sandbox):
@@ -122,12 +123,12 @@ def test_fork_bomb_is_capped_and_cleaned_up(sandbox):
             print("fork refused after", started)
             raise
         """,
-        Limits(wall_time_s=5, max_processes=16),
+        Limits(wall_time_s=60, max_processes=16),
     )
     assert result.stdout.startswith("fork refused after")
     assert int(result.stdout.split()[-1]) < 16
     assert result.limit_hit is LimitHit.PROCESSES
-    assert elapsed < 3
+    assert elapsed < SCHEDULING_SLACK_S  # the forking children were stopped with the run, not at its wall limit
     after, _ = timed_run(sandbox, "import os; print([p for p in os.listdir('/proc') if p.isdigit()])", Limits())
     assert after.stdout.count("'") == 4  # only pid 1 (the zygote) and this program
 

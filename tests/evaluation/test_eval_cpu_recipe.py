@@ -2,7 +2,7 @@
 
 The verl command lines are recorded by a stand-in interpreter (`PYTHON`): `-m verl.trainer.main_ppo` writes its
 arguments (and the Ray temp dir cpu_process.sh hands it) to a file, every other module runs for real.
-tests/verl/cpu/test_eval_cpu_e2e.py runs the same script for real.
+tests/e2e/test_eval_cpu_e2e.py scores a real validation pass of the CPU training recipe (same overrides, same dump).
 """
 
 from __future__ import annotations

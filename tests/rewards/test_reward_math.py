@@ -146,7 +146,8 @@ def test_a_stuck_check_is_killed_at_the_hard_limit_and_the_pool_recovers():
         pid = await freeze_the_worker(pool)
         started = time.monotonic()
         assert await pool.check("2", "2") is MathVerdict.TIMEOUT
-        assert 1.0 <= time.monotonic() - started < 10.0
+        # Not before the limit; the upper bound is generous (a loaded machine wakes the supervisor late).
+        assert 1.0 <= time.monotonic() - started < 30.0
         assert pool.worker_pids != [pid]
         assert await pool.check("\\frac12", "0.5") is MathVerdict.EQUIVALENT
 
@@ -157,10 +158,11 @@ def test_a_stuck_check_is_killed_at_the_hard_limit_and_the_pool_recovers():
 def test_a_worker_that_dies_mid_check_is_reported_and_replaced():
     async def scenario(pool: MathVerifyPool) -> None:
         pid = await freeze_the_worker(pool)
-        check = asyncio.ensure_future(pool.check("2", "2"))
-        await asyncio.sleep(0.3)  # dispatched to the frozen worker
+        check = pool.submit("2", "2")
+        while not check.running():  # the supervisor marks a check running as it hands it to the (frozen) worker
+            await asyncio.sleep(0.01)
         os.kill(pid, signal.SIGKILL)
-        assert await check is MathVerdict.CRASHED
+        assert MathVerdict(await asyncio.wrap_future(check)) is MathVerdict.CRASHED
         assert await pool.check("3", "4") is MathVerdict.DIFFERENT
 
     run_on_one_worker_pool(scenario, timeout_s=30.0)

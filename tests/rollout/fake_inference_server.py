@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -13,18 +12,21 @@ Responder = Callable[[str, dict[str, Any]], tuple[int, Any]]
 
 
 class FakeInferenceServer:
-    """`responder(path, body) -> (status, json_or_text)`; `delay_s` holds every answer back."""
+    """`responder(path, body) -> (status, json_or_text)`; with `hold_answers`, no answer leaves before the server
+    is closed (a server that never answers in time, for the timeout tests)."""
 
-    def __init__(self, responder: Responder, delay_s: float = 0.0):
+    def __init__(self, responder: Responder, hold_answers: bool = False):
         self.requests: list[tuple[str, dict[str, Any]]] = []
-        self.delay_s = delay_s
+        self._released = threading.Event()
+        if not hold_answers:
+            self._released.set()
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append((self.path, body))
-                time.sleep(owner.delay_s)
+                owner._released.wait()
                 status, answer = responder(self.path, body)
                 data = answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
                 self.send_response(status)
@@ -49,6 +51,7 @@ class FakeInferenceServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

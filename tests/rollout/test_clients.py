@@ -175,7 +175,7 @@ async def test_mismatched_logprobs_are_an_error():
 
 
 async def test_timeout_raises_a_timeout_error():
-    with FakeInferenceServer(llamacpp_answer, delay_s=1.0) as server:
+    with FakeInferenceServer(llamacpp_answer, hold_answers=True) as server:
         client = client_for("llamacpp", server.url, request_timeout_s=0.2)
         with pytest.raises(InferenceServerTimeout, match="no answer within 0.2 s"):
             await client.generate("r", prompt_ids=PROMPT, sampling_params=SAMPLING)

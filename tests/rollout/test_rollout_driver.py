@@ -98,7 +98,8 @@ async def test_resume_skips_finished_trajectories(tmp_path, judge_url, qwen3_tok
 
 async def test_trajectory_timeout_is_reported_not_written(tmp_path, judge_url, qwen3_tokenizer):
     cfg = settings(tmp_path, judge_url, trajectory_timeout_s=0.3)
-    result, _ = await run(cfg, qwen3_tokenizer, delay_s=1.0)
+    # The server answers nothing within the test's lifetime: the trajectory limit is what ends the trajectory.
+    result, _ = await run(cfg, qwen3_tokenizer, delay_s=3600.0)
     assert result.failed == ["half-of-84#0#saar"] and result.written == 0
     assert read_records(tmp_path / "out.jsonl") == []
 

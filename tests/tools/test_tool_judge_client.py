@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 
 import pytest
 from tool_fake_judge import echo_all, echo_result
@@ -169,16 +170,19 @@ async def test_outage_raises_unreachable_after_retries():
 
 
 async def test_deadline_applies_to_a_hanging_judge(fake_judge):
-    def hang(body):
-        import time
+    released = threading.Event()
 
-        time.sleep(1)
+    def hang(body):
+        released.wait(timeout=60)  # answers only once the client has given up
         return echo_all(body)
 
     fake_judge.responders = [hang]
     client = JudgeClient(fast_config(fake_judge.url, request_timeout_s=0.3, max_retries=0))
-    with pytest.raises(JudgeUnavailable) as info:
-        await client.run(JudgeSubmission(code="x"))
+    try:
+        with pytest.raises(JudgeUnavailable) as info:
+            await client.run(JudgeSubmission(code="x"))
+    finally:
+        released.set()
     await client.aclose()
     assert info.value.outcome.category is ErrorCategory.JUDGE_UNREACHABLE
 

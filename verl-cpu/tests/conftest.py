@@ -1,8 +1,5 @@
-"""Fixtures of the verl-cpu tests: the tiny random Qwen2 model (real Qwen2.5 tokenizer), built once per session.
-
-The model comes from the repository's builder (`cleaner.models.tiny_qwen2`, which reads the tokenizer out of the
-demo GGUF): a test-only dependency; the package itself imports nothing of it.
-"""
+"""Fixtures of the verl-cpu tests: a tiny random Qwen2 model with a byte-level tokenizer (`tiny_model.py`), built
+once per session from nothing but this package's dependencies."""
 
 from __future__ import annotations
 
@@ -20,13 +17,12 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from server_fixtures import ModelConfig, RolloutConfig  # noqa: E402
+from tiny_model import build_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from cleaner.models.tiny_qwen2 import build_tiny_qwen2
-
-    return build_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2") / "model")
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2") / "model")
 
 
 @pytest.fixture(scope="session")

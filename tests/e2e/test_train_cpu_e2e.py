@@ -1,4 +1,4 @@
-"""verl's real trainer (`python -m verl.trainer.main_ppo` via recipe/cleaner/cpu_smoke.sh) for one GRPO step on CPU.
+"""verl's real trainer (`python -m verl.trainer.main_ppo` via the CPU recipe) for one GRPO step on CPU (`grpo_run.py`).
 
 The tiny random Qwen2 model is the actor (FSDP2 on gloo); rollouts come from the scripted backend
 (`cpu_scripted_backend.py`), registered through the same route as verl_cpu's `cpu` backend: every trajectory's
@@ -11,7 +11,8 @@ ratio of 1 (replaced: shallow for the one-identifier fix, deep for the rewritten
 runs against a real code-judge and the reward is CLEANER's. Checked: the step finished; the rollback/*,
 tool_calls/* and offpolicy metrics reached verl's logger with the counts of that script; the batch the actor
 trained on holds the purified and the appended trajectories, and verl's IS weights on spliced tokens are
-exp(old - rollout); the loss is finite, the gradient non-zero, the weights changed; the checkpoint loads.
+exp(old - rollout); the loss is finite, the gradient non-zero, the weights changed; the checkpoint loads; the
+offline wandb run holds the rollback/*, tool_calls/* and actor/* metrics of each step, as the file logger does.
 """
 
 from __future__ import annotations
@@ -20,33 +21,20 @@ import math
 
 import pytest
 import torch
-from cpu_scripted_backend import BATCH_DUMP_ENV, PROBLEMS, SAMPLED_LOGPROB
+from cpu_scripted_backend import PROBLEMS, SAMPLED_LOGPROB
+from grpo_run import ROLLOUT_N
 from scripted_training import TEST_TIMEOUT_S
+from wandb_offline import wandb_history
 
-ROLLOUT_N = 2
 TRAJECTORIES = len(PROBLEMS) * ROLLOUT_N
+TRACKED_PREFIXES = ("rollback/", "tool_calls/", "actor/")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, tiny_model_dir, judge_url):
-    from scripted_training import train_one_scripted_step
-
-    return train_one_scripted_step(
-        tmp_path_factory.mktemp("train-cpu"),
-        tiny_model_dir,
-        judge_url,
-        ROLLOUT_N,
-        BATCH_DUMP_ENV,
-        {
-            "CALCULATE_LOG_PROBS": "True",
-            "ROLLBACK_IS_THRESHOLD": "0.5",
-            "ROLLBACK_IS_CORRECTION": "True",  # with rollout_is=token
-            "ROLLOUT_IS": "token",
-        },
-        ["actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"],
-    )
+def run(grpo_run):
+    return grpo_run
 
 
 def test_the_step_finished_and_rollback_and_tool_metrics_reached_the_logger(run):
@@ -145,3 +133,15 @@ def test_the_update_changed_the_weights_and_the_checkpoint_loads(run, tiny_model
     assert all(torch.isfinite(value).all() for value in trained_state.values())
     changed = [name for name in initial_state if not torch.equal(trained_state[name], initial_state[name])]
     assert changed, "no parameter changed in the training step"
+
+
+def test_the_offline_wandb_run_holds_the_rollback_tool_and_actor_metrics_of_each_step(run):
+    [run_file] = sorted(run["dir"].glob("**/*.wandb"))  # WANDB_DIR is the run's output directory
+    history = wandb_history(run_file)
+    assert sorted(history) == sorted(run["metrics"]) == [1]
+    for step, logged in history.items():
+        from_file = run["metrics"][step]
+        for prefix in TRACKED_PREFIXES:
+            expected = {key: value for key, value in from_file.items() if key.startswith(prefix)}
+            assert expected, f"step {step}: no {prefix}* metric in the file logger's record"
+            assert {key: value for key, value in logged.items() if key.startswith(prefix)} == pytest.approx(expected)
