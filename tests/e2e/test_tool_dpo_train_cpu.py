@@ -1,6 +1,6 @@
 """One real training step with negative samples and the tool-call DPO adjustment, on verl's v1 trainer on CPU.
 
-`recipe/cleaner/cpu_smoke.sh` with the tiny model and the scripted rollout backend of `test_train_cpu_e2e.py`
+`recipe/cleaner/train_cpu.sh` with the tiny model and the scripted rollout backend of `test_train_cpu_e2e.py`
 (every trajectory's first code cell fails, SAAR's retry fixes it, so every trajectory has one recovered position
 and hence one negative), plus `algorithm.adv_estimator=grpo_tool_dpo`, `use_dpo_on_tool_calls` and
 `save_negative_samples`. Checked: the step finished; the `grpo/*` and `tool_dpo/*` metrics reached verl's logger;

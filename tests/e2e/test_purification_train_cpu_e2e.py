@@ -1,4 +1,4 @@
-"""A non-SAAR purification mode end to end in verl's real trainer (`recipe/cleaner/cpu_smoke.sh`, one GRPO step).
+"""A non-SAAR purification mode end to end in verl's real trainer (`recipe/cleaner/train_cpu.sh`, one GRPO step).
 
 SAAR off, `multi_turn.purification=error_turn_mask`: the scripted backend's every trajectory keeps its failed
 first call (NameError or SyntaxError against a real code-judge), then the fix, then an answer alternately right
@@ -31,8 +31,11 @@ def run(tmp_path_factory, tiny_model_dir, judge_url):
         judge_url,
         ROLLOUT_N,
         BATCH_DUMP_ENV,
-        {"ENABLE_TOOL_ROLLBACK": "False"},
-        ["+actor_rollout_ref.rollout.multi_turn.purification=error_turn_mask"],
+        {},
+        [
+            "actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=false",
+            "+actor_rollout_ref.rollout.multi_turn.purification=error_turn_mask",
+        ],
     )
 
 
