@@ -74,6 +74,8 @@ TRAINING = [
     "qwen2.5_7b_dapo_tool",
     "qwen3_4b_dapo_notool",
     "qwen2.5_7b_dapo_notool",
+    *(f"qwen3_4b_{mode}" for mode in ("no_purification", "error_turn_mask", "void_turn_filter")),
+    *(f"qwen3_4b_{mode}" for mode in ("error_trajectory_filter", "roc", "roc_matched")),
 ]
 MT = "actor_rollout_ref.rollout.multi_turn"
 
@@ -574,3 +576,51 @@ def test_no_tool_evaluation_runs_single_turn(dry_runs):
     config = composed(dry_runs["eval_notool"])
     assert config["actor_rollout_ref"]["rollout"]["multi_turn"]["enable"] is False
     assert config["trainer"]["val_only"] is True
+
+
+def _leaves(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        return {key: leaf for name, item in value.items() for key, leaf in _leaves(item, f"{prefix}.{name}").items()}
+    return {prefix.lstrip("."): value}
+
+
+# name -> (mode, the keys besides the mode and the run's name that it sets differently from qwen3_4b_cleaner)
+PURIFICATION_RECIPES = {
+    "qwen3_4b_no_purification": ("none", {}),
+    "qwen3_4b_error_turn_mask": ("error_turn_mask", {}),
+    "qwen3_4b_void_turn_filter": ("void_turn_filter", {}),
+    "qwen3_4b_error_trajectory_filter": ("error_trajectory_filter", {}),
+    "qwen3_4b_roc": ("roc", {"actor_rollout_ref.rollout.n": 32}),
+    "qwen3_4b_roc_matched": ("roc", {"actor_rollout_ref.rollout.n": 32, "data.train_batch_size": 64}),
+}
+# verl's copies of rollout.n (interpolated in ppo_trainer)
+ROLLOUT_N_COPIES = ("actor_rollout_ref.actor.rollout_n", "actor_rollout_ref.ref.rollout_n", "critic.rollout_n")
+
+
+@pytest.mark.parametrize("name", PURIFICATION_RECIPES)
+def test_a_purification_recipe_shares_everything_but_its_mode_with_cleaner_4b(dry_runs, name):
+    mode, differences = PURIFICATION_RECIPES[name]
+    cleaner = _leaves(composed(dry_runs["qwen3_4b_cleaner"]))
+    recipe = _leaves(composed(dry_runs[name]))
+    mode_keys = {f"{MT}.{key}" for key in ("enable_tool_rollback", "rollback_in_validation", "purification")}
+    mode_keys |= {f"{MT}.roc_{key}" for key in ("oversampling", "min_correct", "min_incorrect")}
+    # the run's name, and what verl derives from it (checkpoint and dump paths, the trace's name)
+    names = {"trainer.experiment_name", "trainer.default_local_dir", "trainer.validation_data_dir"}
+    names.add("actor_rollout_ref.rollout.trace.experiment_name")
+    changed = {
+        key: recipe.get(key)
+        for key in cleaner.keys() | recipe.keys()
+        if cleaner.get(key) != recipe.get(key) and key not in mode_keys | names
+    }
+    for copy in ROLLOUT_N_COPIES:
+        assert changed.pop(copy, recipe["actor_rollout_ref.rollout.n"]) == recipe["actor_rollout_ref.rollout.n"]
+    assert changed == differences
+    assert recipe[f"{MT}.purification"] == mode
+    assert recipe[f"{MT}.enable_tool_rollback"] is False
+
+
+def test_roc_matched_generates_as_many_rollouts_per_step_as_cleaner_4b(dry_runs):
+    def rollouts(config: dict) -> int:
+        return config["data"]["train_batch_size"] * config["actor_rollout_ref"]["rollout"]["n"]
+
+    assert rollouts(composed(dry_runs["qwen3_4b_roc_matched"])) == rollouts(composed(dry_runs["qwen3_4b_cleaner"]))
