@@ -33,23 +33,30 @@ def rows() -> list[OffpolicyRow]:
 
 
 def expected() -> dict[str, float]:
-    low, high = math.exp(-3), math.exp(2)
+    """Spans: deep log IS -3 (d -1, -1, -1), shallow +2 (d +1, +1); quantiles in log space."""
     return {
         M + "spliced/tokens": 5,
         M + "spliced/log_ratio_mean": -1 / 5,
+        M + "spliced/log_ratio_p10": -1,
+        M + "spliced/log_ratio_p50": -1,
+        M + "spliced/log_ratio_min": -1,
         M + "spliced/spans": 2,
-        M + "spliced/span_is_p50": (low + high) / 2,
+        M + "spliced/span_log_is_p10": -3 + 0.1 * 5,
+        M + "spliced/span_log_is_p50": -0.5,
+        M + "spliced/span_log_is_p90": -3 + 0.9 * 5,
         M + "spliced/span_share_below_0.5": 0.5,
         M + "spliced/span_share_above_2": 0.5,
         M + "deep/tokens": 3,
         M + "deep/log_ratio_mean": -1,
-        M + "deep/span_is_p10": low,
-        M + "deep/span_is_p90": low,
+        M + "deep/span_log_is_p10": -3,
+        M + "deep/span_log_is_p90": -3,
         M + "deep/span_share_below_0.5": 1,
         M + "shallow/log_ratio_mean": 1,
         M + "shallow/span_share_above_2": 1,
         M + "control/tokens": 12,
         M + "control/log_ratio_mean": 0.04 / 12,
+        M + "control/log_ratio_p50": 0,
+        M + "control/log_ratio_min": 0,
         M + "control/spans": 4,  # row 0: [0, 3) and [8, 9); row 1: [0, 2) and [4, 10)
         M + "control/span_share_below_0.5": 0,
     }
@@ -59,6 +66,17 @@ def test_spliced_and_control_tokens_are_measured_apart_shallow_and_deep_apart():
     metrics = offpolicy_metrics(rows())
     assert {key: metrics[key] for key in expected()} == pytest.approx(expected())
     assert M + "exhausted/tokens" not in metrics  # no such span: left out, not 0
+    assert not [key for key in metrics if "span_is_p" in key]  # ratio quantiles read 0 on real spans: log space only
+
+
+def test_an_exhausted_span_is_kept_apart_from_spliced():
+    """The kept last attempt of an unrecovered position is no replacement: its own group, not in `spliced`."""
+    row = rows()[0]
+    metrics = offpolicy_metrics(
+        [OffpolicyRow(row.old_log_probs, row.rollout_log_probs, row.response_mask, [[5, 8, 3, "exhausted"]])]
+    )
+    assert metrics[M + "exhausted/tokens"] == 3 and metrics[M + "exhausted/span_log_is_p50"] == pytest.approx(-3)
+    assert M + "spliced/tokens" not in metrics
 
 
 def test_a_span_without_its_kind_counts_as_spliced_only_and_untrained_tokens_count_nowhere():
