@@ -3,8 +3,6 @@ trained tokens; through verl's real legacy `compute_data_metrics` with the clean
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -89,6 +87,33 @@ def test_a_span_without_its_kind_counts_as_spliced_only_and_untrained_tokens_cou
     assert offpolicy_metrics([]) == {}
 
 
+# The gate's records of the two splices (row 0 appended, row 1 replaced) and an unscored unrecovered position.
+EVENTS = [
+    [{"mode": "deep", "log_is_ratio": -3.0, "is_tokens": 3, "is_decision": "append"}],
+    [
+        {"mode": "shallow", "log_is_ratio": 2.0, "is_tokens": 2, "is_decision": "replace"},
+        {"mode": "failed", "log_is_ratio": None, "is_tokens": None, "is_decision": None},
+    ],
+]
+GATE = {
+    "rollback/is_gate/scored": 2,
+    "rollback/is_gate/log_ratio_p10": -2.5,
+    "rollback/is_gate/log_ratio_p50": -0.5,
+    "rollback/is_gate/log_ratio_p90": 1.5,
+    "rollback/is_gate/log_ratio_per_token_mean": -1 / 5,
+    "rollback/is_gate/per_token_p10": -1 + 0.1 * 2,
+    "rollback/is_gate/per_token_p90": -1 + 0.9 * 2,
+}
+
+
+def object_column(values: list) -> np.ndarray:
+    """One entry per row, each a list (numpy would otherwise make a 2-D array of the lists' items)."""
+    column = np.empty(len(values), dtype=object)
+    for row, value in enumerate(values):
+        column[row] = value
+    return column
+
+
 def legacy_batch() -> DataProto:
     """What verl's legacy trainer holds when it computes a step's metrics (old log-probs recomputed)."""
     built = rows()
@@ -112,6 +137,8 @@ def legacy_batch() -> DataProto:
         },
         non_tensors={
             "saar_spliced_spans": np.array([[[5, 8, 1, "deep"]], [[2, 4, 1, "shallow"]]], dtype=object),
+            "saar_rollback_events": object_column(EVENTS),
+            "uid": np.array(["u", "u"], dtype=object),
         },
     )
 
@@ -124,6 +151,8 @@ def test_legacy_trainer_logs_them_and_leaves_the_batch_as_it_was():
     before = {key: value.clone() for key, value in batch.batch.items()}
     metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
     assert {key: metrics[key] for key in expected()} == pytest.approx(expected())
+    assert {key: metrics[key] for key in GATE} == pytest.approx(GATE)  # tunable from the gate's own log ratios
+    assert metrics["rollback/groups_with_one_trained_row"] == 0
     assert "critic/advantages/mean" in metrics  # verl's own metrics are still there
     # Read-only: every tensor the loss is computed from (log-probs, advantages, mask) is unchanged.
     assert before.keys() == set(batch.batch.keys())
@@ -138,3 +167,13 @@ def test_without_rollout_log_probs_there_is_nothing_to_compare():
     batch.batch.pop("rollout_log_probs")
     metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
     assert not [key for key in metrics if key.startswith(M)]
+
+
+def test_a_group_left_with_one_trained_row_is_counted():
+    from verl.trainer.ppo import ray_trainer
+
+    trainer_metrics.install()
+    batch = legacy_batch()
+    batch.batch["response_mask"][1] = 0  # drop_infra_error_trajectories zeroed row 1: row 0 is alone in group "u"
+    metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
+    assert metrics["rollback/groups_with_one_trained_row"] == 1
