@@ -8,7 +8,17 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
-from cleaner.rollout.offpolicy import HIGH_IS, KIND_LABELS, KINDS, LOW_IS, Distribution, event_log_is, share_outside
+from cleaner.rollout.offpolicy import event_log_is, record_splices
+from cleaner.saar.offpolicy_summary import (
+    HIGH_IS,
+    KIND_LABELS,
+    LOW_IS,
+    SPAN_KINDS,
+    Distribution,
+    ScoredSplice,
+    gate_metrics,
+    share_outside,
+)
 from cleaner.saar.stats import PREFIX
 from cleaner.trajectory.summary import ModeSummary, added_latency, summarize, summary_rows
 
@@ -111,7 +121,7 @@ def log_is_histogram(by_kind: dict[str, list[float]]) -> BarChart:
         [label for _, _, label in LOG_IS_BINS],
         {
             KIND_LABELS[kind]: [count(by_kind[kind], low, high) for low, high, _ in LOG_IS_BINS]
-            for kind in KINDS
+            for kind in SPAN_KINDS
             if kind in by_kind
         },
         value_format="{:.0f}",
@@ -125,7 +135,7 @@ def offpolicy_section(records: list[dict[str, Any]]) -> str:
     if not by_kind:
         return ""
     rows = []
-    for kind in KINDS:
+    for kind in SPAN_KINDS:
         if kind not in by_kind:
             continue
         dist = Distribution.of(by_kind[kind])
@@ -149,7 +159,29 @@ def offpolicy_section(records: list[dict[str, Any]]) -> str:
         "<p>Per rollback, log IS = Σ over the tokens it spliced in of log π(token | purified context) − "
         "log π(token | context it was sampled in, with the failed attempt and its error).</p>"
         '<table class="summary"><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+        f"{gate_section(record_splices(records))}"
         f'<div class="charts">{render_bar_chart(log_is_histogram(by_kind), "chart-log-is")}</div>'
+    )
+
+
+def gate_section(splices: list[ScoredSplice]) -> str:
+    """The scored rollbacks by the gate's decision: the two statistics a gate compares with log τ."""
+    rows = []
+    for decision in ("replace", "append", None):
+        metrics = gate_metrics([splice for splice in splices if splice.decision == decision])
+        if not metrics:
+            continue
+        cells = [decision or "measured only", f"{metrics['scored']:.0f}"]
+        cells += [f"{metrics[f'log_ratio_p{q}']:+.2f}" for q in (10, 50, 90)]
+        cells += [
+            f"{metrics[key]:+.3f}" if key in metrics else "–" for key in ("per_token_p50", "log_ratio_per_token_mean")
+        ]
+        rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    head = ["decision", "n", "log IS p10", "p50", "p90", "mean d per token, p50", "d per token, all tokens"]
+    return (
+        "<p>What the IS gate compares with log τ: the sequence statistic (log IS) and the per-token one (the mean "
+        "d over a rollback's scored tokens).</p>"
+        '<table class="summary"><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
     )
 
 

@@ -10,8 +10,9 @@ on every other model token (the control) both contexts are the same, so d measur
 log IS ratio of one rollback is the sum of d over the tokens it spliced in (the reference's Plan B ratio).
 
 Pure: records and scored log-probs in, numbers and Markdown out. The scores come either from the agent loop
-(`rollback_is_measure`: each rollback event's `log_is_ratio`) or from a post-hoc scorer such as
-`cleaner.rollout.forced_scoring` (llama.cpp cannot return prompt log-probs).
+(`rollback_is_measure` or the gate: each rollback event's `log_is_ratio`) or from a post-hoc scorer such as
+`cleaner.rollout.forced_scoring` (llama.cpp cannot return prompt log-probs). Groups, constants and statistics are
+`cleaner.saar.offpolicy_summary`'s, as in the trainer's metrics and the report.
 """
 
 from __future__ import annotations
@@ -19,23 +20,23 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from statistics import fmean
 from typing import Any
 
+from cleaner.saar.offpolicy_summary import (
+    HIGH_IS,
+    KIND_LABELS,
+    LOW_IS,
+    SPAN_KINDS,
+    Distribution,
+    ScoredSplice,
+    gate_metrics,
+    kind_of_mode,
+    scored_splices,
+    share_outside,
+)
 from cleaner.saar.stats import PREFIX
 
 Record = Mapping[str, Any]
-# The Plan B gate's scale: spans whose IS ratio leaves [0.5, 2] are the ones a gate or a truncation touches.
-LOW_IS, HIGH_IS = 0.5, 2.0
-# A span's kind: the splice of a recovered position (shallow or deep), or the kept last attempt of a position
-# whose retries all failed ("exhausted"; its rollback event's mode is "failed").
-KIND_LABELS = {"shallow": "shallow", "deep": "deep", "exhausted": "not recovered (last attempt kept)"}
-KINDS = tuple(KIND_LABELS)
-
-
-def kind_of_mode(mode: str) -> str:
-    """The span kind of a rollback event's mode."""
-    return "exhausted" if mode == "failed" else mode
 
 
 @dataclass(frozen=True)
@@ -157,50 +158,17 @@ def with_log_is(record: Record, scored: ScoredTrajectory) -> dict[str, Any]:
     return {**record, PREFIX + "rollback_events": events}
 
 
+def record_splices(records: Iterable[Record]) -> list[ScoredSplice]:
+    """Every scored rollback event of the records (the gate's or the measurement's `log_is_ratio`)."""
+    return scored_splices(event for record in records for event in record.get(PREFIX + "rollback_events") or [])
+
+
 def event_log_is(records: Iterable[Record]) -> dict[str, list[float]]:
     """The recorded `log_is_ratio` of every scored rollback event, by kind (shallow / deep / exhausted)."""
     by_kind: dict[str, list[float]] = {}
-    for record in records:
-        for event in record.get(PREFIX + "rollback_events") or []:
-            if event.get("log_is_ratio") is not None:
-                by_kind.setdefault(kind_of_mode(str(event["mode"])), []).append(float(event["log_is_ratio"]))
+    for splice in record_splices(records):
+        by_kind.setdefault(splice.kind, []).append(splice.log_is)
     return by_kind
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolation quantile (numpy's default) of a non-empty list."""
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("quantile of no values")
-    rank = q * (len(ordered) - 1)
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-@dataclass(frozen=True)
-class Distribution:
-    n: int
-    mean: float
-    p10: float
-    p50: float
-    p90: float
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, values: list[float]) -> Distribution:
-        return cls(
-            len(values), fmean(values), quantile(values, 0.1), quantile(values, 0.5), quantile(values, 0.9),
-            min(values), max(values),
-        )  # fmt: skip
-
-
-def share_outside(log_is: list[float]) -> tuple[float, float]:
-    """Shares of spans with IS ratio below LOW_IS and above HIGH_IS."""
-    below = sum(1 for x in log_is if x < math.log(LOW_IS))
-    above = sum(1 for x in log_is if x > math.log(HIGH_IS))
-    return below / len(log_is), above / len(log_is)
 
 
 def format_log_ratio(value: float) -> str:
@@ -211,7 +179,7 @@ def format_log_ratio(value: float) -> str:
 def token_table(scored: list[ScoredTrajectory]) -> str:
     """Per-token d on spliced tokens (by kind) and on control tokens, as Markdown."""
     rows: list[tuple[str, list[float]]] = []
-    for kind in KINDS:
+    for kind in SPAN_KINDS:
         values = [d for t in scored for s in t.spans if s.kind == kind for d in s.deltas]
         if values:
             rows.append((f"spliced, {KIND_LABELS[kind]}", values))
@@ -234,7 +202,7 @@ def span_table(log_is_by_kind: Mapping[str, list[float]]) -> str:
         f"| rollbacks | n | log IS mean | p10 | p50 | p90 | min … max | IS < {LOW_IS} | IS > {HIGH_IS:g} |",
         "|---|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
-    for kind in KINDS:
+    for kind in SPAN_KINDS:
         values = log_is_by_kind.get(kind) or []
         if not values:
             continue
@@ -244,6 +212,26 @@ def span_table(log_is_by_kind: Mapping[str, list[float]]) -> str:
             f"| {KIND_LABELS[kind]} | {dist.n} | {format_log_ratio(dist.mean)} | {format_log_ratio(dist.p10)} | {format_log_ratio(dist.p50)} | "
             f"{format_log_ratio(dist.p90)} | {format_log_ratio(dist.low)} … {format_log_ratio(dist.high)} | {below:.0%} | {above:.0%} |"
         )
+    return "\n".join(lines)
+
+
+def gate_table(splices: list[ScoredSplice]) -> str:
+    """The scored splices as a gate sees them, by its decision (measured only: no decision), as Markdown: the
+    sequence statistic (log IS) and the per-token one (mean d over the scored tokens), to choose τ from."""
+    lines = [
+        "| decision | n | log IS p10 | p50 | p90 | mean d per token p10 | p50 | p90 | d per token, all tokens |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for decision in ("replace", "append", None):
+        group = [splice for splice in splices if splice.decision == decision]
+        metrics = gate_metrics(group)
+        if not metrics:
+            continue
+        cells = [decision or "measured only", f"{len(group)}"]
+        cells += [format_log_ratio(metrics[f"log_ratio_p{q}"]) for q in (10, 50, 90)]
+        cells += [format_log_ratio(metrics[key]) if key in metrics else "–" for key in (
+            "per_token_p10", "per_token_p50", "per_token_p90", "log_ratio_per_token_mean")]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

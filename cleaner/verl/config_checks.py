@@ -214,6 +214,100 @@ def saar_log_prob_handling(config: DictConfig) -> list[str]:
     ]
 
 
+ROLLOUT = "actor_rollout_ref.rollout"
+CALCULATE_LOG_PROBS = f"{ROLLOUT}.calculate_log_probs"
+
+
+def rollout_log_probs_needed(config: DictConfig) -> list[str]:
+    """verl applies rollout correction only when the batch has rollout log-probs, and skips it without a word
+    when `calculate_log_probs` is off: Plan C, or rollout IS / rejection sampling, would then train uncorrected.
+
+    With SAAR on and Plan C off, rollout correction is `saar_log_prob_handling`'s problem (it wants it off).
+    """
+    if OmegaConf.select(config, "trainer.val_only"):
+        return []
+    log_probs = OmegaConf.select(config, CALCULATE_LOG_PROBS)
+    if _is_correction_requested(config) and saar_enabled(config):
+        if log_probs is True:
+            return []
+        return [
+            f"{MULTI_TURN}.rollback_is_correction=True (Plan C) needs {CALCULATE_LOG_PROBS}=True (got {log_probs}): "
+            "verl skips its rollout importance sampling when a batch has no rollout log-probs, so the spliced "
+            "tokens would train uncorrected, exactly as the paper, with no metric saying so"
+        ]
+    if log_probs is not False or saar_enabled(config):
+        return []
+    correction = OmegaConf.select(config, "algorithm.rollout_correction") or {}
+    asked = [
+        f"algorithm.rollout_correction.{key}={correction[key]}"
+        for key in ("rollout_is", "rollout_rs")
+        if correction.get(key)
+    ]
+    if not asked:
+        return []
+    return [
+        f"{', '.join(asked)} needs {CALCULATE_LOG_PROBS}=True: verl skips rollout correction without a warning "
+        "when a batch has no rollout log-probs"
+    ]
+
+
+# Backends and trainer clients that never hand prompt log-probs to the agent loop (shared notes, engines.md):
+# verl's TensorRT-LLM server returns none; FullyAsyncLLMServerClient rebuilds each answer and keeps only the
+# tokens, their log-probs and step counters.
+NO_PROMPT_LOGPROBS_ROLLOUTS = ("trtllm",)
+ASYNC_TRAINER_MODES = ("colocate_async", "separate_async")
+FULLY_ASYNC_SECTION = "async_training"  # verl.experimental.fully_async_policy.fully_async_main requires it
+
+
+def scoring_without_prompt_log_probs(config: DictConfig) -> list[str]:
+    """The IS gate and the measurement score each splice with a prompt-log-prob prefill; refuse where the answer
+    never carries them, instead of failing at the first recovered rollback, minutes into the run."""
+    if not saar_enabled(config):
+        return []
+    multi_turn = _multi_turn(config)
+    scoring = [
+        f"{MULTI_TURN}.{key}={multi_turn.get(key)}"
+        for key in ("rollback_is_threshold", "rollback_is_measure")
+        if multi_turn.get(key) not in (None, False)
+    ]
+    if not scoring:
+        return []
+    reasons = []
+    name = OmegaConf.select(config, f"{ROLLOUT}.name")
+    if name in NO_PROMPT_LOGPROBS_ROLLOUTS:
+        reasons.append(f"{ROLLOUT}.name={name} (verl's {name} server returns no prompt log-probs)")
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode")
+    if OmegaConf.select(config, "trainer.use_v1", default=True) is not False and mode in ASYNC_TRAINER_MODES:
+        reasons.append(
+            f"trainer.v1.trainer_mode={mode} (its FullyAsyncLLMServerClient drops prompt_logprobs from every answer)"
+        )
+    if OmegaConf.select(config, FULLY_ASYNC_SECTION) is not None:
+        reasons.append(
+            f"verl's fully_async_policy (the `{FULLY_ASYNC_SECTION}` section; its FullyAsyncLLMServerClient drops "
+            "prompt_logprobs from every answer)"
+        )
+    if not reasons:
+        return []
+    return [
+        f"{' and '.join(scoring)} scores each splice from the server's prompt log-probs, which never reach the agent "
+        f"loop with {'; '.join(reasons)}. Use trainer.v1.trainer_mode=sync (or trainer.use_v1=False) with "
+        f"{ROLLOUT}.name=vllm, sglang or cpu, or set rollback_is_threshold=null and rollback_is_measure=False"
+    ]
+
+
+def filter_groups_without_v1(config: DictConfig) -> list[str]:
+    """Only verl's v1 trainer implements DAPO dynamic sampling; the legacy trainer ignores the key."""
+    if (
+        OmegaConf.select(config, "algorithm.filter_groups.enable")
+        and OmegaConf.select(config, "trainer.use_v1") is False
+    ):
+        return [
+            "algorithm.filter_groups.enable=True with trainer.use_v1=False: verl's legacy trainer has no group "
+            "filter and would train on every group; set trainer.use_v1=True or algorithm.filter_groups.enable=False"
+        ]
+    return []
+
+
 # Every config check, in the order its problems are reported. A check added here runs in DRY_RUN, in the
 # recipes' preflight and at trainer start.
 CONFIG_CHECKS: list[ConfigCheck] = [
@@ -223,6 +317,9 @@ CONFIG_CHECKS: list[ConfigCheck] = [
     overlong_buffer,
     saar_settings,
     saar_log_prob_handling,
+    rollout_log_probs_needed,
+    scoring_without_prompt_log_probs,
+    filter_groups_without_v1,
     tool_dpo_problems,  # negative samples and the tool-DPO estimators (docs/negative-samples.md)
     purification_problems,  # multi_turn.purification and what each mode needs (docs/purification.md)
 ]

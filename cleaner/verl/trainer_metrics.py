@@ -1,7 +1,10 @@
 """Put the rollback/* and tool_calls/* metrics into what verl's trainers log, for training and validation;
 for training also `critic/score/acc` (the share of fully correct trajectories, as the reference logs it; negative
-samples are not trajectories) and, with rollout log-probs on, `rollback/offpolicy/*`
-(cleaner.verl.offpolicy_metrics: recomputed against rollout log-probs on spliced and on the other trained tokens).
+samples are not trajectories), `rollback/is_gate/*` (the scored splices' log IS ratios, from the rollback events:
+`cleaner.saar.offpolicy_summary.gate_metrics`), `rollback/groups_with_one_trained_row` (groups whose other rows
+had their loss mask zeroed: `cleaner.verl.group_statistics` gives them zero advantages) and, with rollout
+log-probs on, `rollback/offpolicy/*` (cleaner.verl.offpolicy_metrics: recomputed against rollout log-probs on
+spliced and on the other trained tokens).
 
 verl 0.9.1 has no extension point that carries per-trajectory agent-loop fields into a step's logged
 metrics (console, wandb, ... via `Tracking.log`):
@@ -38,7 +41,9 @@ from contextvars import ContextVar
 from typing import Any
 
 from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
+from cleaner.saar.offpolicy_summary import gate_metrics, scored_splices
 from cleaner.saar.stats import PREFIX
+from cleaner.verl.group_statistics import lone_trained_rows
 from cleaner.verl.offpolicy_metrics import OffpolicyRow, offpolicy_metrics
 from cleaner.verl.private_api import require_verl_api
 from cleaner.verl.saar_metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns, score_acc_metrics
@@ -46,6 +51,9 @@ from cleaner.verl.saar_metrics import VALIDATION_PREFIX, aggregate_saar_metrics,
 logger = logging.getLogger(__name__)
 
 SPLICED_SPANS = PREFIX + "spliced_spans"
+ROLLBACK_EVENTS = PREFIX + "rollback_events"
+IS_GATE = "rollback/is_gate/"
+ONE_TRAINED_ROW = "rollback/groups_with_one_trained_row"
 OLD_LOG_PROBS, ROLLOUT_LOG_PROBS, RESPONSE_MASK = "old_log_probs", "rollout_log_probs", "response_mask"
 
 # Attribute set on every wrapper, so `install()` is idempotent and tests can find the original.
@@ -61,6 +69,16 @@ def _mark(wrapper: Callable) -> Callable:
     return wrapper
 
 
+def _gate_metrics(events_per_row) -> dict[str, float]:
+    """`rollback/is_gate/*` from each trajectory's rollback events (rows without events add none)."""
+    events = [event for row_events in events_per_row if row_events is not None for event in row_events]
+    return {IS_GATE + name: value for name, value in gate_metrics(scored_splices(events)).items()}
+
+
+def _one_trained_row_metric(uids, trained) -> dict[str, float]:
+    return {ONE_TRAINED_ROW: float(len(lone_trained_rows(uids, trained)))}
+
+
 # ---------------------------------------------------------------- legacy RayPPOTrainer
 
 
@@ -72,6 +90,12 @@ def _wrap_compute_data_metrics(original: Callable) -> Callable:
         # The reward's extra info (acc, pred, ...) is a column of the batch by now (verl's extract_reward).
         metrics.update(score_acc_metrics(batch.non_tensor_batch.get("acc", [])))
         metrics.update(offpolicy_metrics(_legacy_offpolicy_rows(batch)))
+        columns = batch.non_tensor_batch
+        if ROLLBACK_EVENTS in columns:  # a cleaner batch
+            metrics.update(_gate_metrics(columns[ROLLBACK_EVENTS]))
+            if "uid" in columns and RESPONSE_MASK in batch.batch.keys():
+                trained = batch.batch[RESPONSE_MASK].bool().any(dim=-1).tolist()
+                metrics.update(_one_trained_row_metric(columns["uid"], trained))
         return metrics
 
     return _mark(compute_data_metrics)
@@ -171,6 +195,14 @@ def _v1_offpolicy_rows(keys: list[str], partition_id: str, rows: list[dict[str, 
     return [OffpolicyRow(old[n], rollout[n], mask[n], rows[index][SPLICED_SPANS]) for n, index in enumerate(wanted)]
 
 
+def _v1_trained(keys: list[str], batch) -> list[bool]:
+    """Whether each trajectory has a trained token (its response mask, from TransferQueue)."""
+    import transfer_queue as tq
+
+    masks = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=[RESPONSE_MASK])[RESPONSE_MASK]
+    return [bool(mask.any()) for mask in masks.unbind(0)]
+
+
 def _rollout_log_probs_on(config) -> bool:
     from omegaconf import OmegaConf
 
@@ -190,6 +222,9 @@ def _wrap_v1_compute_metrics(original: Callable) -> Callable:
         metrics.update(score_acc_metrics([(row.get("reward_extra_info") or {}).get("acc") for row in trajectories]))
         if _rollout_log_probs_on(self.config):
             metrics.update(offpolicy_metrics(_v1_offpolicy_rows(keys, batch.partition_id, rows)))
+        if any(ROLLBACK_EVENTS in row for row in rows):  # a cleaner batch
+            metrics.update(_gate_metrics(row.get(ROLLBACK_EVENTS) for row in rows))
+            metrics.update(_one_trained_row_metric([key.split("_")[0] for key in keys], _v1_trained(keys, batch)))
         return result
 
     return _mark(_compute_metrics)

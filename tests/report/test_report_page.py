@@ -130,5 +130,8 @@ def test_scored_rollbacks_get_the_off_policy_table_and_histogram(records):
     assert 'id="chart-log-is"' in section
     assert "<title>deep / &lt; −20: 1</title>" in section and "<title>deep / IS 0.5 … 2: 1</title>" in section
     assert "log IS -26.90" in page and "log IS -0.22" in page and '<span class="badge">replace</span>' in page
+    # The gate's table: the replaced rollback apart from the measured-only one (no is_tokens: no per-token column)
+    assert "<td>replace</td><td>1</td><td>-0.22</td>" in section
+    assert "<td>measured only</td><td>1</td><td>-26.90</td>" in section
     # Without scores the section is left out.
     assert "Off-policy spliced tokens" not in render_report(records, ["run.jsonl"])

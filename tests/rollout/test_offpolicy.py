@@ -14,12 +14,14 @@ from cleaner.rollout.offpolicy import (
     ScoredTrajectory,
     control_indices,
     event_log_is,
+    gate_table,
     offpolicy_markdown,
-    quantile,
+    record_splices,
     score_trajectory,
     span_table,
     with_log_is,
 )
+from cleaner.saar.offpolicy_summary import quantile
 
 
 class RecordingScorer:
@@ -102,6 +104,23 @@ def test_span_table_counts_ratios_outside_half_and_two():
     assert row.endswith("| 25% | 25% |")
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
     assert quantile([5.0], 0.9) == 5.0
+
+
+def test_gate_table_shows_both_statistics_by_decision():
+    """From the events a gated `cleaner rollout` records: log IS and mean d per token, replaced apart from appended."""
+    events = [
+        {"mode": "deep", "log_is_ratio": -8.0, "is_tokens": 4, "is_decision": "append"},
+        {"mode": "shallow", "log_is_ratio": -0.2, "is_tokens": 2, "is_decision": "replace"},
+        {"mode": "failed", "log_is_ratio": -30.0, "is_tokens": 10, "is_decision": None},
+        {"mode": "deep", "log_is_ratio": None, "is_tokens": None, "is_decision": None},
+    ]
+    splices = record_splices([{"saar_rollback_events": events[:2]}, {"saar_rollback_events": events[2:]}])
+    assert [(s.kind, s.decision) for s in splices] == [("deep", "append"), ("shallow", "replace"), ("exhausted", None)]
+    rows = gate_table(splices).splitlines()[2:]
+    assert rows[0].startswith("| replace | 1 | -0.200 | -0.200 | -0.200 | -0.100 |")
+    assert rows[1].startswith("| append | 1 | -8.000 |") and "| -2.000 |" in rows[1]
+    assert rows[2].startswith("| measured only | 1 | -30.0 |")
+    assert event_log_is([{"saar_rollback_events": events}]) == {"deep": [-8.0], "shallow": [-0.2], "exhausted": [-30.0]}
 
 
 async def test_markdown_has_spliced_and_control_rows_by_kind():

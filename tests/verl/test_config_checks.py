@@ -312,3 +312,66 @@ def test_a_retired_class_path_or_backend_name_is_refused_naming_the_current_one(
         "actor_rollout_ref.rollout.engine_kwargs.cleaner_cpu is a retired key: write "
         "actor_rollout_ref.rollout.engine_kwargs.cpu",
     ]
+
+
+def test_plan_c_without_rollout_log_probs_is_refused_naming_calculate_log_probs():
+    """verl skips rollout IS without rollout log-probs: Plan C would train exactly as the paper, silently."""
+    token = {"algorithm": {"rollout_correction": {"rollout_is": "token"}}}
+    for log_probs in (False, None):
+        plan_c = {"rollout": {"calculate_log_probs": log_probs, "multi_turn": {"rollback_is_correction": True}}}
+        [problem] = problems(trainer_config(actor_rollout_ref=plan_c, **token))
+        assert (
+            "rollback_is_correction=True (Plan C) needs actor_rollout_ref.rollout.calculate_log_probs=True" in problem
+        )
+    plan_c["rollout"]["calculate_log_probs"] = False
+    with pytest.raises(TrainerConfigError, match="actor_rollout_ref.rollout.calculate_log_probs=True"):
+        check_trainer_config(trainer_config(actor_rollout_ref=plan_c, **token), read_data=False)
+
+
+@pytest.mark.parametrize("correction", [{"rollout_is": "sequence"}, {"rollout_rs": "seq_mean_k1"}])
+def test_rollout_correction_without_rollout_log_probs_is_refused(correction):
+    """The check DRY_RUN used to make alone, now at trainer start (SAAR off: the baselines' setting)."""
+    off = {"rollout": {"calculate_log_probs": False}}
+    [problem] = problems(
+        trainer_config(saar=False, actor_rollout_ref=off, algorithm={"rollout_correction": correction})
+    )
+    assert "needs actor_rollout_ref.rollout.calculate_log_probs=True" in problem
+    assert f"algorithm.rollout_correction.{next(iter(correction))}" in problem
+
+
+def scoring(key: str, value, **sections):
+    config = trainer_config(actor_rollout_ref={"rollout": {"multi_turn": {key: value}}})
+    return OmegaConf.merge(config, OmegaConf.create(sections))
+
+
+@pytest.mark.parametrize(("key", "value"), [("rollback_is_threshold", 0.5), ("rollback_is_measure", True)])
+@pytest.mark.parametrize(
+    ("sections", "named"),
+    [
+        ({"actor_rollout_ref": {"rollout": {"name": "trtllm"}}}, "actor_rollout_ref.rollout.name=trtllm"),
+        ({"trainer": {"v1": {"trainer_mode": "colocate_async"}}}, "trainer.v1.trainer_mode=colocate_async"),
+        ({"trainer": {"use_v1": True, "v1": {"trainer_mode": "separate_async"}}}, "trainer_mode=separate_async"),
+        ({"async_training": {"staleness_threshold": 0.1}}, "fully_async_policy"),
+    ],
+)
+def test_scoring_where_prompt_log_probs_never_reach_the_loop_is_refused(key, value, sections, named):
+    [problem] = problems(scoring(key, value, **sections))
+    assert f"{key}={value}" in problem and named in problem and "prompt log-probs" in problem
+
+
+def test_scoring_on_a_sync_trainer_with_vllm_sglang_or_cpu_passes():
+    for name in ("vllm", "sglang", "cpu"):
+        config = scoring("rollback_is_threshold", 0.5, actor_rollout_ref={"rollout": {"name": name}})
+        assert problems(config) == []
+    # the legacy trainer ignores trainer.v1.trainer_mode (it uses the plain client)
+    legacy = {"use_v1": False, "v1": {"trainer_mode": "colocate_async"}}
+    assert problems(scoring("rollback_is_measure", True, trainer=legacy)) == []
+    # without scoring the async modes are fine
+    assert problems(trainer_config(trainer={"v1": {"trainer_mode": "colocate_async"}})) == []
+
+
+def test_dapo_dynamic_sampling_on_the_legacy_trainer_is_refused():
+    dapo = {"filter_groups": {"enable": True, "metric": "acc"}}
+    [problem] = problems(trainer_config(algorithm=dapo, trainer={"use_v1": False}))
+    assert problem.startswith("algorithm.filter_groups.enable=True with trainer.use_v1=False")
+    assert problems(trainer_config(algorithm=dapo, trainer={"use_v1": True})) == []

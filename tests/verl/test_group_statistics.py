@@ -9,6 +9,7 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
 from cleaner.verl import group_statistics
@@ -51,6 +52,7 @@ def installed(monkeypatch):
     """install(), undone after the test (it replaces verl's functions in this process)."""
     monkeypatch.setattr(core_algos, "ADV_ESTIMATOR_REGISTRY", dict(core_algos.ADV_ESTIMATOR_REGISTRY))
     monkeypatch.setattr(core_algos, "compute_grpo_outcome_advantage", core_algos.compute_grpo_outcome_advantage)
+    monkeypatch.setattr(ReplayBuffer, "_dapo_filtered_keys", ReplayBuffer._dapo_filtered_keys)
     group_statistics.install()
     group_statistics.install()  # idempotent
 
@@ -96,3 +98,99 @@ def test_registry_estimators_leave_it_out_too(installed, name):
 def test_a_batch_without_untrained_rows_keeps_its_index():
     index = np.array(["a", "b"], dtype=object)
     assert group_statistics.group_index(index, torch.ones(2, 3)) is index
+
+
+def test_a_group_left_with_one_trained_row_gets_zero_advantage_a_group_of_one_keeps_verls_rule(installed):
+    """Group "c" lost a row to the mask: its survivor has no baseline, so it teaches nothing (not its raw reward).
+    Group "d" was one row from the start (rollout.n=1): verl's single-sample rule stays."""
+    rewards = torch.zeros(3, WIDTH)
+    rewards[:, -1] = torch.tensor([1.0, 0.0, 1.0])
+    mask = torch.ones(3, WIDTH)
+    mask[1] = 0
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask},
+        non_tensors={"uid": np.array(["c", "c", "d"], dtype=object)},
+    )
+    advantages = compute_advantage(data, "grpo").batch["advantages"]
+    assert advantages[0].abs().sum() == 0 and advantages[1].abs().sum() == 0
+    torch.testing.assert_close(advantages[2], torch.ones(WIDTH))
+    assert group_statistics.lone_trained_rows(["c", "c", "d"], [True, False, True]) == [0]
+
+
+# ---------------------------------------------------------------- DAPO's group filter (v1 ReplayBuffer)
+
+# uid -> (metric per row, trained per row). "a" is the issue's group [1, 1, 1, dropped 0].
+GROUPS = {
+    "a": ([1.0, 1.0, 1.0, 0.0], [True, True, True, False]),
+    "b": ([1.0, 0.0, 1.0, 1.0], [True, True, True, False]),  # trained rows differ: kept
+    "c": ([1.0, 1.0, 1.0, 1.0], [True] * 4),  # verl's own rule: evicted
+    "d": ([0.0, 1.0, 1.0, 1.0], [True, False, False, False]),  # one trained row: no group signal, evicted
+    "e": ([1.0, 0.0, 0.0, 1.0], [True] * 4),  # kept
+}
+
+
+class FakeTransferQueue:
+    """The calls verl's ReplayBuffer and the hook make, over the GROUPS above (finished prompt groups)."""
+
+    def __init__(self, metric: str):
+        from verl.utils import tensordict_utils as tu
+
+        self.tu, self.rows, self.tags = tu, {}, {}
+        for uid, (values, trained) in GROUPS.items():
+            self.tags[uid] = {"is_prompt": True, "status": "finished", "global_steps": 1}
+            for session, (value, has_tokens) in enumerate(zip(values, trained, strict=True)):
+                key = f"{uid}_{session}_0"
+                self.tags[key] = {"status": "success"}
+                scores = torch.zeros(3)
+                scores[-1] = value if metric == "reward" else 0.0
+                self.rows[key] = {
+                    "rm_scores": scores,
+                    "response_mask": torch.ones(3) if has_tokens else torch.zeros(3),
+                    "extra_fields": {"reward_extra_info": {metric: value}},
+                }
+
+    def kv_list(self):
+        return {"train": dict(self.tags)}
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return self.tu.list_of_dict_to_tensordict(
+            [{name: self.rows[key][name] for name in select_fields} for key in keys]
+        )
+
+
+def dapo_evictions(monkeypatch, metric: str) -> tuple[set[str], dict]:
+    import transfer_queue
+
+    fake = FakeTransferQueue(metric)
+    monkeypatch.setattr(transfer_queue, "kv_list", fake.kv_list)
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
+    buffer = ReplayBuffer(
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
+        refill_fn=lambda count: None,
+        filter_groups_metric=metric,
+        train_batch_size=len(GROUPS),
+        gen_batch_size=1,
+    )
+    buffer._sync_metadata_from_transfer_queue()
+    _, dapo_uids, _, counts = buffer._terminal_eviction_reasons(1, "train")
+    return dapo_uids, dict(counts)
+
+
+def test_without_the_hook_dapo_keeps_a_group_whose_only_difference_is_a_dropped_row(monkeypatch):
+    assert dapo_evictions(monkeypatch, "reward")[0] == {"c"}
+
+
+@pytest.mark.parametrize("metric", ["reward", "acc"])
+def test_dapo_filters_a_group_with_a_dropped_row_on_its_trained_rows_only(installed, monkeypatch, metric):
+    evicted, counts = dapo_evictions(monkeypatch, metric)
+    assert evicted == {"a", "c", "d"}
+    assert counts == {1.0: 2, 0.0: 1}  # a and c under 1, d under its one trained row's 0
+
+
+def test_a_group_without_any_trained_row_is_evicted_under_its_lowest_value():
+    assert group_statistics.classify_on_trained_rows([1.0, 0.0], [False, False]) == 0.0
+    assert group_statistics.classify_on_trained_rows([1.0, 0.0, 1.0], [True, True, False]) is None

@@ -141,7 +141,8 @@ async def test_v1_step_metrics_come_from_the_stored_extra_fields(worker, queue, 
     # control are measured
     offpolicy = {kind: metrics[f"rollback/offpolicy/{kind}/spans"] for kind in ("shallow", "deep", "exhausted")}
     assert offpolicy["shallow"] == offpolicy["deep"] == 1 and offpolicy["exhausted"] >= 1
-    assert metrics["rollback/offpolicy/spliced/spans"] == sum(offpolicy.values())
+    # `spliced` is the recovered positions' replacements; the exhausted position's kept attempt stays apart
+    assert metrics["rollback/offpolicy/spliced/spans"] == offpolicy["shallow"] + offpolicy["deep"]
     assert metrics["rollback/offpolicy/control/tokens"] > 0
 
     # padding entries that verl adds to fill a batch are not counted twice
@@ -190,12 +191,12 @@ def test_v1_score_acc_counts_trajectories_not_their_negative_samples(queue):
 def test_v1_offpolicy_metrics_read_both_log_probs_from_transfer_queue(queue):
     """With rollout log-probs on, the step compares the stored old and rollout log-probs on spliced tokens."""
     from omegaconf import OmegaConf
-    from test_offpolicy_metrics import expected, rows
+    from test_offpolicy_metrics import EVENTS, GATE, expected, rows
 
     stored = {}
-    for key, (row, length) in zip(["d_0_0", "s_0_0"], zip(rows(), [9, 10], strict=True), strict=True):
+    for key, (row, length, events) in zip(["d_0_0", "s_0_0"], zip(rows(), [9, 10], EVENTS, strict=True), strict=True):
         stored[key] = {
-            "extra_fields": {"saar_spliced_spans": row.spliced_spans},
+            "extra_fields": {"saar_spliced_spans": row.spliced_spans, "saar_rollback_events": events},
             # jagged rows, as TransferQueue holds them (the first response is one token shorter)
             "old_log_probs": row.old_log_probs[:length],
             "rollout_log_probs": row.rollout_log_probs[:length],
@@ -220,6 +221,9 @@ def test_v1_offpolicy_metrics_read_both_log_probs_from_transfer_queue(queue):
             assert {key: metrics[key] for key in expected()} == pytest.approx(expected())
         else:
             assert not [key for key in metrics if key.startswith("rollback/offpolicy/")]
+        # the gate's own log ratios come from the events, with or without rollout log-probs
+        assert {key: metrics[key] for key in GATE} == pytest.approx(GATE)
+        assert metrics["rollback/groups_with_one_trained_row"] == 0
 
 
 async def test_v1_validation_reads_each_batch_before_the_trainer_clears_it(worker, queue):
