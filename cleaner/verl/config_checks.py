@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cleaner.data.agents import agent_name_counts
 from cleaner.names import AGENT_NAME
+from cleaner.purify.config import PurificationConfigError, saar_requested
 from cleaner.saar.config import CONFIG_KEYS, SaarConfig, SaarConfigError
 from cleaner.verl.purification import purification_problems
 from cleaner.verl.tool_dpo.checks import tool_dpo_problems
@@ -150,8 +151,14 @@ def overlong_buffer(config: DictConfig) -> list[str]:
 
 
 def saar_enabled(config: DictConfig) -> bool:
+    """SAAR runs in the agent loop: `enable_tool_rollback: true` or `purification: saar`."""
     multi_turn = _multi_turn(config)
-    return bool(multi_turn.get("enable")) and bool(multi_turn.get("enable_tool_rollback"))
+    try:
+        requested = saar_requested(multi_turn)
+    except PurificationConfigError:
+        # purification_problems reports the contradiction by name; the other checks read the rollback key alone
+        requested = bool(multi_turn.get("enable_tool_rollback"))
+    return bool(multi_turn.get("enable")) and requested
 
 
 def saar_settings(config: DictConfig) -> list[str]:

@@ -111,10 +111,6 @@ def _reward_problems(config: DictConfig) -> list[str]:
         RewardConfig.from_kwargs(OmegaConf.to_container(reward_kwargs, resolve=True) if reward_kwargs else {})
     except ValueError as exc:
         problems.append(f"reward.custom_reward_function.reward_kwargs: {exc}")
-    if config.actor_rollout_ref.rollout.calculate_log_probs is False and config.algorithm.rollout_correction.rollout_is:
-        problems.append(
-            "algorithm.rollout_correction.rollout_is needs actor_rollout_ref.rollout.calculate_log_probs=True"
-        )
     return problems
 
 

@@ -375,3 +375,11 @@ def test_dapo_dynamic_sampling_on_the_legacy_trainer_is_refused():
     [problem] = problems(trainer_config(algorithm=dapo, trainer={"use_v1": False}))
     assert problem.startswith("algorithm.filter_groups.enable=True with trainer.use_v1=False")
     assert problems(trainer_config(algorithm=dapo, trainer={"use_v1": True})) == []
+
+
+def test_purification_saar_alone_gets_the_saar_checks():
+    """`purification: saar` without `enable_tool_rollback` is SAAR: its settings are checked like the rollback key's."""
+    config = trainer_config(saar=False)
+    multi_turn = {"enable": True, "purification": "saar", "rollback_probability": 1.5}
+    config = OmegaConf.merge(config, {"actor_rollout_ref": {"rollout": {"multi_turn": multi_turn}}})
+    assert any("rollback_probability must be a number in [0, 1]" in problem for problem in problems(config))
