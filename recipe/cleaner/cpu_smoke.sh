@@ -24,6 +24,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${MAX_RESPONSE_LENGTH:=512}"
 : "${MAX_NEW_TOKENS:=128}" # per turn: one code block or a short answer
 : "${MAX_TURNS:=3}"
+: "${ROLLOUT_TEMPERATURE:=1.0}"
+# A Jinja chat template replacing the model's own (verl's custom_chat_template), e.g. the python-block protocol
+# of make train-cpu (cleaner/resources/python_block_echo_chat_template.jinja); empty: the model's own template.
+: "${CHAT_TEMPLATE:=}"
 : "${TOOL_FORMAT:=cleaner_lenient}"
 : "${ACTOR_LR:=1e-6}"
 : "${LR_WARMUP_STEPS:=0}"
@@ -115,6 +119,14 @@ fi
 : "${VAL_FILES:=$TRAIN_FILES}"
 export TRAIN_FILES VAL_FILES
 
+# verl takes the template's text. Every newline of a python-block template is whitespace that its tags trim, so
+# the text on one line renders the same (tests/resources/test_echo_chat_template.py) and passes as one Hydra value.
+CHAT_TEMPLATE_OVERRIDES=()
+if [[ -n "$CHAT_TEMPLATE" ]]; then
+    template_text="$(<"$CHAT_TEMPLATE")"
+    CHAT_TEMPLATE_OVERRIDES=("actor_rollout_ref.model.custom_chat_template='${template_text//$'\n'/ }'")
+fi
+
 # Training precision: verl's FSDP engine ignores fsdp_config.dtype and, without fsdp_config.mixed_precision,
 # casts parameters to bf16 for its forward and backward passes; the precision is set explicitly from DTYPE
 # (float32 masters either way). ROLLOUT_DTYPE is the dtype of the rollout server's copy of the weights.
@@ -128,6 +140,8 @@ cleaner_train tools \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
     actor_rollout_ref.rollout.agent.num_workers=1 \
     "+actor_rollout_ref.rollout.engine_kwargs.cpu.max_new_tokens=$MAX_NEW_TOKENS" \
+    "actor_rollout_ref.rollout.temperature=$ROLLOUT_TEMPERATURE" \
+    "${CHAT_TEMPLATE_OVERRIDES[@]}" \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     "actor_rollout_ref.model.lora_rank=$LORA_RANK" \
     "actor_rollout_ref.model.lora_alpha=$LORA_ALPHA" \
