@@ -81,11 +81,11 @@ clean:
 # log-probs on, so verl's rollout/actor mismatch metrics and rollback/offpolicy/* appear.
 # TRAIN_CPU_PRECISION= gives the all-float32 run (benchmarks/README.md: what each costs or saves).
 TRAIN_CPU_PRECISION ?= ROLLOUT_DTYPE=bfloat16 DTYPE=bfloat16
-# The training set and prompt protocol the 0.5B model learns from (docs/train-cpu.md, "What it learns from"):
-# generated problems it solves sometimes and only with the tool, and the python-block template that echoes the
-# printed value.
+# What the 0.5B model learns from (docs/train-cpu.md, "What it learns from"): generated problems it solves
+# sometimes and only with the tool, the python-block template that echoes the printed value, and temperature
+# 0.85 (at 1.0 it mostly leaves no answer; at 0.7 its code never fails, so SAAR has nothing to do).
 TRAIN_CPU_DATA ?= TRAIN_FILES=$(CURDIR)/dataset/train-cpu/train.parquet VAL_FILES=$(CURDIR)/dataset/train-cpu/val.parquet \
-	CHAT_TEMPLATE=$(CURDIR)/cleaner/resources/python_block_echo_chat_template.jinja
+	CHAT_TEMPLATE=$(CURDIR)/cleaner/resources/python_block_echo_chat_template.jinja ROLLOUT_TEMPERATURE=0.85
 TRAIN_CPU_ENV ?= LORA_RANK=16 ACTOR_LR=1e-5 GRADIENT_CHECKPOINTING=False CALCULATE_LOG_PROBS=True $(TRAIN_CPU_PRECISION) \
 	$(TRAIN_CPU_DATA)
 .PHONY: train-cpu
