@@ -72,8 +72,8 @@ format: setup
 clean:
 	rm -rf $(VENV)
 
-# verl's own trainer on CPU (docs/train-cpu.md): judge + GRPO with SAAR on the bundled problems, the demo's
-# Qwen2.5-Coder-0.5B converted to a transformers model (cached), 2 steps + validation + a checkpoint, then a
+# verl's own trainer on CPU (docs/train-cpu.md): judge + GRPO with SAAR on the generated problems of
+# dataset/train-cpu, the demo's Qwen2.5-Coder-0.5B converted to a transformers model (cached), 2 steps + validation + a checkpoint, then a
 # resume from that checkpoint for a 3rd step. Everything goes to train-cpu-output/; all it starts is stopped.
 # LoRA rank 16 (docs/train-cpu.md: full fine-tuning of the 0.5B model needs about 20 GB). Without gradient
 # checkpointing the LoRA update skips a recomputed forward pass (about 15 s a step) for 5 GB more at its peak.
@@ -82,10 +82,9 @@ clean:
 # TRAIN_CPU_PRECISION= gives the all-float32 run (benchmarks/README.md: what each costs or saves).
 TRAIN_CPU_PRECISION ?= ROLLOUT_DTYPE=bfloat16 DTYPE=bfloat16
 # What the 0.5B model learns from (docs/train-cpu.md, "What it learns from"): generated problems it solves
-# sometimes and only with the tool, the python-block template that echoes the printed value, and temperature
-# 0.85 (at 1.0 it mostly leaves no answer; at 0.7 its code never fails, so SAAR has nothing to do).
+# sometimes and only with the tool, and the python-block template that echoes the printed value.
 TRAIN_CPU_DATA ?= TRAIN_FILES=$(CURDIR)/dataset/train-cpu/train.parquet VAL_FILES=$(CURDIR)/dataset/train-cpu/val.parquet \
-	CHAT_TEMPLATE=$(CURDIR)/cleaner/resources/python_block_echo_chat_template.jinja ROLLOUT_TEMPERATURE=0.85
+	CHAT_TEMPLATE=$(CURDIR)/cleaner/resources/python_block_echo_chat_template.jinja
 TRAIN_CPU_ENV ?= LORA_RANK=16 ACTOR_LR=1e-5 GRADIENT_CHECKPOINTING=False CALCULATE_LOG_PROBS=True $(TRAIN_CPU_PRECISION) \
 	$(TRAIN_CPU_DATA)
 .PHONY: train-cpu

@@ -24,7 +24,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${MAX_RESPONSE_LENGTH:=512}"
 : "${MAX_NEW_TOKENS:=128}" # per turn: one code block or a short answer
 : "${MAX_TURNS:=3}"
-: "${ROLLOUT_TEMPERATURE:=1.0}"
 # A Jinja chat template replacing the model's own (verl's custom_chat_template), e.g. the python-block protocol
 # of make train-cpu (cleaner/resources/python_block_echo_chat_template.jinja); empty: the model's own template.
 : "${CHAT_TEMPLATE:=}"
@@ -140,7 +139,6 @@ cleaner_train tools \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
     actor_rollout_ref.rollout.agent.num_workers=1 \
     "+actor_rollout_ref.rollout.engine_kwargs.cpu.max_new_tokens=$MAX_NEW_TOKENS" \
-    "actor_rollout_ref.rollout.temperature=$ROLLOUT_TEMPERATURE" \
     "${CHAT_TEMPLATE_OVERRIDES[@]}" \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     "actor_rollout_ref.model.lora_rank=$LORA_RANK" \

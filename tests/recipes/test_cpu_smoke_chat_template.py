@@ -34,14 +34,12 @@ def printed_command(tmp_path: Path, **env: str) -> list[str]:
 
 def test_the_template_file_becomes_one_override_with_its_text(tmp_path):
     template = resource_path(PYTHON_BLOCK_ECHO_CHAT_TEMPLATE)
-    lines = printed_command(tmp_path, CHAT_TEMPLATE=str(template), ROLLOUT_TEMPERATURE="0.85")
+    lines = printed_command(tmp_path, CHAT_TEMPLATE=str(template))
     (override,) = [line for line in lines if line.startswith(f"{KEY}=")]
     value = OverridesParser.create().parse_override(override).value()
     assert value == template.read_text(encoding="utf-8").rstrip("\n").replace("\n", " ")
-    assert "actor_rollout_ref.rollout.temperature=0.85" in lines
 
 
 def test_without_a_template_the_models_own_is_used(tmp_path):
     lines = printed_command(tmp_path)
     assert not any(line.startswith(f"{KEY}=") for line in lines)
-    assert "actor_rollout_ref.rollout.temperature=1.0" in lines
