@@ -73,8 +73,9 @@ clean:
 	rm -rf $(VENV)
 
 # verl's own trainer on CPU (docs/train-cpu.md): judge + GRPO with SAAR on the generated problems of
-# dataset/train-cpu, the demo's Qwen2.5-Coder-0.5B converted to a transformers model (cached), 2 steps + validation + a checkpoint, then a
-# resume from that checkpoint for a 3rd step. Everything goes to train-cpu-output/; all it starts is stopped.
+# dataset/train-cpu, the demo's Qwen2.5-Coder-0.5B converted to a transformers model (cached), 2 steps +
+# validation + a checkpoint, then a resume from that checkpoint for a 3rd step. Everything goes to
+# train-cpu-output/; all it starts is stopped.
 # LoRA rank 16 (docs/train-cpu.md: full fine-tuning of the 0.5B model needs about 20 GB). Without gradient
 # checkpointing the LoRA update skips a recomputed forward pass (about 15 s a step) for 5 GB more at its peak.
 # bf16 rollout weights and bf16 actor compute (float32 master weights, gradients reduced in float32); rollout
