@@ -1,6 +1,6 @@
 """Where a CPU training step's time goes: seconds per phase, tokens/s and peak memory of verl's trainer on CPU.
 
-Runs `recipe/cleaner/cpu_smoke.sh` (the settings of `make train-cpu`, without validation, checkpoint and resume)
+Runs `recipe/cleaner/train_cpu.sh` (the settings of `make train-cpu`, without validation, checkpoint and resume)
 for each model asked for, samples the memory (PSS) of every process of the run and the load average, and reads
 verl's own per-step metrics from its file logger (`timing_s/*`, `perf/total_num_tokens`, `response_length/*`):
 
@@ -37,14 +37,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "reward", "old_log_prob", "update_actor", "update_weights", "step")
-# As `make train-cpu` runs each model (its TRAIN_CPU_ENV): the 0.5B model with LoRA (docs/train-cpu.md), rollout
+# As `make train-cpu` runs each model (its TRAIN_CPU_ARGS): the 0.5B model with LoRA (docs/train-cpu.md), rollout
 # log-probs on; `--precision` picks its TRAIN_CPU_PRECISION (bf16: rollout weights and actor compute in bf16;
 # bf16-rollout: the rollout's weights only).
-MODEL_ENV = {"tiny": {}, "0.5b": {"LORA_RANK": "16", "ACTOR_LR": "1e-5", "GRADIENT_CHECKPOINTING": "False"}}
-PRECISION_ENV = {
-    "bf16": {"ROLLOUT_DTYPE": "bfloat16", "DTYPE": "bfloat16", "CALCULATE_LOG_PROBS": "True"},
-    "bf16-rollout": {"ROLLOUT_DTYPE": "bfloat16", "DTYPE": "float32", "CALCULATE_LOG_PROBS": "True"},
-    "fp32": {"ROLLOUT_DTYPE": "float32", "DTYPE": "float32", "CALCULATE_LOG_PROBS": "True"},
+LORA = [
+    "actor_rollout_ref.model.lora_rank=16",
+    "actor_rollout_ref.actor.optim.lr=1e-5",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+]
+MODEL_ARGS = {"tiny": [], "0.5b": LORA}
+
+
+def _precision(rollout: str, actor: str) -> list[str]:
+    return [
+        f"actor_rollout_ref.rollout.dtype={rollout}",
+        f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={actor}",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+    ]
+
+
+PRECISION_ARGS = {
+    "bf16": _precision("bfloat16", "bfloat16"),
+    "bf16-rollout": _precision("bfloat16", "float32"),
+    "fp32": _precision("float32", "float32"),
 }
 
 
@@ -97,21 +112,22 @@ class RunStats:
         return sum(self.load_samples) / len(self.load_samples) if self.load_samples else float("nan")
 
 
-def run_smoke(model: Path, out_dir: Path, steps: int, extra_env: dict[str, str]) -> tuple[Path, RunStats]:
+def run_smoke(model: Path, out_dir: Path, steps: int, overrides: list[str]) -> tuple[Path, RunStats]:
     """Run the smoke recipe; return its metrics file, its peak memory (PSS of its process tree) and the load average."""
     env = {
         **os.environ,
-        **extra_env,
         "MODEL_PATH": str(model),
         "OUTPUT_DIR": str(out_dir),
-        "TOTAL_TRAINING_STEPS": str(steps),
-        "TEST_FREQ": "-1",
-        "SAVE_FREQ": "-1",
     }
+    steps_args = [f"trainer.total_training_steps={steps}", "trainer.test_freq=-1", "trainer.save_freq=-1"]
     stats = RunStats()
     with open(out_dir.parent / f"{out_dir.name}.log", "wb") as log:
         process = subprocess.Popen(
-            [str(ROOT / "recipe/cleaner/cpu_smoke.sh")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT
+            [str(ROOT / "recipe/cleaner/train_cpu.sh"), *overrides, *steps_args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
         )
         stop = threading.Event()
 
@@ -315,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", action="append", choices=["tiny", "0.5b"], help="run the smoke recipe with it")
     parser.add_argument("--metrics", type=Path, action="append", help="read an existing run's metrics.jsonl")
     parser.add_argument("--steps", type=int, default=1)
-    parser.add_argument("--precision", choices=sorted(PRECISION_ENV), default="bf16", help="--model runs' dtypes")
+    parser.add_argument("--precision", choices=sorted(PRECISION_ARGS), default="bf16", help="--model runs' dtypes")
     parser.add_argument("--rollout", choices=["tiny", "0.5b"], help="time the rollout sampler alone with it")
     parser.add_argument(
         "--decode-step", choices=["tiny", "0.5b"], help="time single decoding steps, plain vs weight-major matmul"
@@ -342,8 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="train-cpu-bench-") as tmp:
         work = Path(tmp)
         for name in args.model or []:
-            env = {**MODEL_ENV[name], **PRECISION_ENV[args.precision]}
-            metrics_file, stats = run_smoke(model_dir(name, work), work / f"run-{name}", args.steps, env)
+            overrides = [*MODEL_ARGS[name], *PRECISION_ARGS[args.precision]]
+            metrics_file, stats = run_smoke(model_dir(name, work), work / f"run-{name}", args.steps, overrides)
             print_table(name, step_rows(metrics_file), stats)
         if args.rollout:
             rollout_benchmark(

@@ -1,7 +1,7 @@
 """Config-time checks of verl's trainer config: settings that would not train as the user believes.
 
 The one place the trainer config is checked. The recipes run the checks in `DRY_RUN=1` and in their preflight
-(`cleaner.verl.recipe_config`); `python -m verl.trainer.main_ppo` runs them in its driver where it validates its own
+(`cleaner.recipes.dry_run`); `python -m verl.trainer.main_ppo` runs them in its driver where it validates its own
 config, before Ray or any worker starts (`cleaner.verl.start_check`), and again when `CleanerAgentLoopManager`
 is created. A check takes the composed config and returns problems, one line each, naming the key and what to
 write instead. Nothing here imports verl.

@@ -1,15 +1,11 @@
 #!/usr/bin/env bash
-# Baseline: Qwen2.5-7B-RA-SFT trained with GRPO/DAPO without tools (single-turn generation, data prepared with
-# `cleaner data prepare --no-tool`). Settings come from the environment (recipe/cleaner/README.md); extra
-# arguments are Hydra overrides.
+# Baseline: Qwen2.5-7B-RA-SFT trained with GRPO/DAPO without tools; the 4B no-tool baseline with the 7B model
+# and its learning rate.
+# Everything it trains with: config/qwen2.5_7b_dapo_notool.yaml. Arguments are Hydra overrides (they win);
+# DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 
-: "${EXPERIMENT_NAME:=Qwen2.5-7B-DAPO-notool}"
-: "${ACTOR_LR:=1e-6}"
-# shellcheck source=recipe/cleaner/common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-: "${MODEL_PATH:=$MODEL_DIR/Qwen2.5-7B-RA-SFT}"
-: "${TRAIN_FILES:=$DATA_DIR/filtered_sr.notool.parquet}"
-: "${VAL_FILES:=$DATA_DIR/aime2024.notool.parquet $DATA_DIR/aime2025.notool.parquet}"
+# shellcheck source=recipe/cleaner/launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch.sh" # DATA_DIR, MODEL_DIR, OUTPUT_ROOT, JUDGE_URL, DRY_RUN
 
-cleaner_train notool "$@"
+exec "$PYTHON" -m verl.trainer.main_ppo --config-dir "$CLEANER_CONFIG_DIR" --config-name qwen2.5_7b_dapo_notool "$@"

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# CLEANER-4B with IS-corrected replacement ("Plan C", docs/saar.md "Off-policy spans"): SAAR replaces as in
-# qwen3_4b_cleaner.sh, and verl's token-level rollout importance sampling weights every trained token by
-# exp(recomputed log-prob - rollout log-prob); on spliced tokens the rollout log-prob is the one sampled in the
-# context that held the error. ROLLBACK_IS_CORRECTION=True makes CALCULATE_LOG_PROBS=True and ROLLOUT_IS=token the
-# defaults (common.sh). Everything else as qwen3_4b_cleaner.sh; extra arguments are Hydra overrides.
+# CLEANER-4B with the IS correction ("Plan C", docs/saar.md "Off-policy spans"): SAAR replaces as always, and
+# verl's token-level rollout importance sampling corrects the spliced tokens with their behaviour log-probs.
+# Everything it trains with: config/qwen3_4b_cleaner_is_correction.yaml. Arguments are Hydra overrides (they win);
+# DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 
-: "${EXPERIMENT_NAME:=Qwen3-4B-CLEANER-IS-correction}"
-: "${ROLLBACK_IS_CORRECTION:=True}"
-# shellcheck source=recipe/cleaner/qwen3_4b_cleaner.sh
-source "$(dirname "${BASH_SOURCE[0]}")/qwen3_4b_cleaner.sh"
+# shellcheck source=recipe/cleaner/launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch.sh" # DATA_DIR, MODEL_DIR, OUTPUT_ROOT, JUDGE_URL, DRY_RUN
+
+exec "$PYTHON" -m verl.trainer.main_ppo --config-dir "$CLEANER_CONFIG_DIR" --config-name qwen3_4b_cleaner_is_correction "$@"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# CLEANER-4B with the IS-gated rollback ("Plan B", docs/saar.md "Off-policy spans"): each successful retry is
-# scored in the context it will have after the splice; when its importance ratio is below ROLLBACK_IS_THRESHOLD
-# the failed turn, its error and the retry stay (append: what SAAR-off would have kept), otherwise SAAR replaces as
-# in qwen3_4b_cleaner.sh. The rollout server must return prompt log-probs (verl's vLLM and SGLang servers do).
-# Everything else as qwen3_4b_cleaner.sh; extra arguments are Hydra overrides.
+# CLEANER-4B with the IS-gated rollback ("Plan B", docs/saar.md "Off-policy spans"): a retry whose importance
+# ratio in its post-splice context is below the threshold is appended (failed turn, error and retry stay);
+# otherwise SAAR replaces. The rollout server must return prompt log-probs (verl's vLLM and SGLang servers do).
+# Everything it trains with: config/qwen3_4b_cleaner_is_gate.yaml. Arguments are Hydra overrides (they win);
+# DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 
-: "${EXPERIMENT_NAME:=Qwen3-4B-CLEANER-IS-gate}"
-: "${ROLLBACK_IS_THRESHOLD:=0.5}"
-# shellcheck source=recipe/cleaner/qwen3_4b_cleaner.sh
-source "$(dirname "${BASH_SOURCE[0]}")/qwen3_4b_cleaner.sh"
+# shellcheck source=recipe/cleaner/launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch.sh" # DATA_DIR, MODEL_DIR, OUTPUT_ROOT, JUDGE_URL, DRY_RUN
+
+exec "$PYTHON" -m verl.trainer.main_ppo --config-dir "$CLEANER_CONFIG_DIR" --config-name qwen3_4b_cleaner_is_gate "$@"

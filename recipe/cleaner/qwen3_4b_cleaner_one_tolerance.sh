@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# CLEANER-4B with the reference authors' "one-tolerance" (docs/saar.md): a position's first failure and its error
-# stay in the trajectory; from its second failure on, SAAR rolls back as in qwen3_4b_cleaner.sh (failure, failure,
-# success keeps the first failure, its error, then the success). Everything else as qwen3_4b_cleaner.sh; extra
-# arguments are Hydra overrides.
+# CLEANER-4B with one-tolerance rollback: a position's first failure stays in the trajectory; SAAR purifies from
+# the second failure on (docs/saar.md).
+# Everything it trains with: config/qwen3_4b_cleaner_one_tolerance.yaml. Arguments are Hydra overrides (they win);
+# DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 
-: "${EXPERIMENT_NAME:=Qwen3-4B-CLEANER-one-tolerance}"
-: "${ROLLBACK_AFTER_ERRORS:=2}"
-# shellcheck source=recipe/cleaner/qwen3_4b_cleaner.sh
-source "$(dirname "${BASH_SOURCE[0]}")/qwen3_4b_cleaner.sh"
+# shellcheck source=recipe/cleaner/launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch.sh" # DATA_DIR, MODEL_DIR, OUTPUT_ROOT, JUDGE_URL, DRY_RUN
+
+exec "$PYTHON" -m verl.trainer.main_ppo --config-dir "$CLEANER_CONFIG_DIR" --config-name qwen3_4b_cleaner_one_tolerance "$@"

@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
-# Baseline: Qwen3-4B-RA-SFT trained with GRPO/DAPO and the Python tool, without SAAR (failed tool calls stay
-# in the trajectory). Same agent loop, tool and reward as CLEANER; rollout log-probs with sequence-level
-# importance sampling. Settings come from the environment (recipe/cleaner/README.md); extra arguments
-# are Hydra overrides.
+# Baseline: Qwen3-4B-RA-SFT trained with GRPO/DAPO and the Python tool, SAAR off (every failed call, its error
+# and the retry stay in the trajectory). The tool recipes' agent loop, tool and SAAR keys live here.
+# Everything it trains with: config/qwen3_4b_dapo_tool.yaml. Arguments are Hydra overrides (they win);
+# DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 
-: "${EXPERIMENT_NAME:=Qwen3-4B-DAPO-tool}"
-: "${ACTOR_LR:=2e-6}"
-: "${ENABLE_TOOL_ROLLBACK:=False}"
-# shellcheck source=recipe/cleaner/common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-: "${MODEL_PATH:=$MODEL_DIR/Qwen3-4B-RA-SFT}"
-: "${TRAIN_FILES:=$DATA_DIR/filtered_sr.parquet}"
-: "${VAL_FILES:=$DATA_DIR/aime2024.parquet $DATA_DIR/aime2025.parquet}"
+# shellcheck source=recipe/cleaner/launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch.sh" # DATA_DIR, MODEL_DIR, OUTPUT_ROOT, JUDGE_URL, DRY_RUN
 
-cleaner_train tools "$@"
+exec "$PYTHON" -m verl.trainer.main_ppo --config-dir "$CLEANER_CONFIG_DIR" --config-name qwen3_4b_dapo_tool "$@"

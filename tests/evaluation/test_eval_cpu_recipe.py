@@ -1,6 +1,7 @@
-"""The evaluation scripts' platform switch (PLATFORM=cpu) and the validation-only run's training batch.
+"""The evaluation scripts' platform switch (PLATFORM=cpu), their DRY_RUN, and the validation-only run's settings.
 
-The verl command lines come from PRINT_COMMAND=1 (one argument per line, a blank line after each run);
+The verl command lines are recorded by a stand-in interpreter (`PYTHON`): `-m verl.trainer.main_ppo` writes its
+arguments (and the Ray temp dir cpu_process.sh hands it) to a file, every other module runs for real.
 tests/verl/cpu/test_eval_cpu_e2e.py runs the same script for real.
 """
 
@@ -14,81 +15,95 @@ from pathlib import Path
 
 import pytest
 
+from cleaner.recipes.compose import compose_recipe
+
 ROOT = Path(__file__).resolve().parents[2]
 EVAL = ROOT / "recipe" / "cleaner" / "eval"
 EVAL_CPU = ROOT / "dataset" / "eval-cpu"
+RECORDER = """#!/usr/bin/env bash
+if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
+    {{ printf '%s\\n' "${{@:3}}" "ray_tmp=${{CLEANER_RAY_TMP:-}}"; echo; }} >>"{record}"
+    exit 0
+fi
+exec "{python}" "$@"
+"""
 
 
 def run_script(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    record = tmp_path / "runs.txt"
+    recorder = tmp_path / "python"
+    recorder.write_text(RECORDER.format(record=record, python=sys.executable))
+    recorder.chmod(0o755)
+    result = subprocess.run(
         ["bash", str(EVAL / script), "trainer.device=cpu_from_user"],
         env={
             **os.environ,
-            "PYTHON": sys.executable,
+            "PYTHON": str(recorder),
             "MODEL_PATH": str(tmp_path / "model"),
             "DATA_DIR": str(EVAL_CPU),
             "OUTPUT_ROOT": str(tmp_path / "out"),
-            "PRINT_COMMAND": "1",
+            "DRY_RUN": "1",
             **env,
         },
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
+    result.runs = record.read_text() if record.exists() else ""
+    return result
 
 
 def commands(result: subprocess.CompletedProcess) -> list[list[str]]:
+    """The argument lists of the main_ppo runs, each ending with `ray_tmp=<CLEANER_RAY_TMP>`."""
     assert result.returncode == 0, result.stderr
-    return [block.splitlines()[3:] for block in result.stdout.split("\n\n") if block.strip()]
+    return [block.splitlines() for block in result.runs.split("\n\n") if block.strip()]
 
 
-def test_cpu_platform_runs_each_benchmark_on_the_cpu_backend_and_leaves_no_ray_dir(tmp_path):
+def test_cpu_platform_runs_each_benchmark_on_the_cpu_overlay_and_leaves_no_ray_dir(tmp_path):
     before = set(glob.glob("/tmp/cleaner-ray-*"))
     runs = commands(
         run_script("eval_aime_gpqa.sh", tmp_path, PLATFORM="cpu", BENCHMARKS="aime2024 gpqa-diamond", VAL_N="2")
     )
     assert len(runs) == 2
     for args, benchmark in zip(runs, ("aime2024", "gpqa-diamond")):
+        assert args[:4] == ["--config-dir", str(ROOT / "recipe" / "cleaner" / "config"), "--config-name", "eval_tools"]
         assert f"data.val_files=['{EVAL_CPU}/{benchmark}.parquet']" in args
-        assert "trainer.val_only=True" in args and "actor_rollout_ref.rollout.val_kwargs.n=2" in args
-        assert "actor_rollout_ref.rollout.name=cpu" in args
-        assert "actor_rollout_ref.rollout.checkpoint_engine.backend=naive" in args
-        assert "trainer.use_v1=False" in args and "+ray_kwargs.ray_init.num_cpus=2" in args
+        assert "+platform=cpu" in args and "actor_rollout_ref.rollout.val_kwargs.n=2" in args
         # The user's overrides come last, so they win over the platform's.
-        assert args.index("trainer.device=cpu") < args.index("trainer.device=cpu_from_user") == len(args) - 1
-        [temp_dir] = [a.split("=", 1)[1] for a in args if a.startswith("+ray_kwargs.ray_init._temp_dir=")]
-        assert temp_dir.startswith("/tmp/cleaner-ray-")
+        assert args[-2] == "trainer.device=cpu_from_user"
+        assert args[-1].startswith("ray_tmp=/tmp/cleaner-ray-")
     new_dirs = set(glob.glob("/tmp/cleaner-ray-*")) - before
-    assert not new_dirs & {a.split("=", 1)[1] for run in runs for a in run if "_temp_dir=" in a}
+    assert not new_dirs & {run[-1].split("=", 1)[1] for run in runs}
+    assert runs[0][-1] != runs[1][-1]  # a Ray temp dir of its own for each run
 
 
-@pytest.mark.parametrize("platform", ["gpu", "cpu"])
-def test_a_benchmark_smaller_than_a_training_batch_still_runs(tmp_path, platform):
+def test_a_dry_run_makes_no_generations_and_scores_none(tmp_path):
+    """DRY_RUN=1 on make eval-cpu's script composes every run and stops: nothing to export or score."""
+    result = run_script("eval_cpu.sh", tmp_path)
+    assert len(commands(result)) == 6  # 2 settings x (aime2024 + gpqa-diamond, livecodebench-v6)
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.slow  # composes verl's config
+@pytest.mark.parametrize("platform", [[], ["+platform=cpu"]])
+def test_a_benchmark_smaller_than_a_training_batch_still_runs(platform):
     """verl stops a run whose train set (here the benchmark itself) is smaller than one training batch."""
-    [args] = commands(run_script("eval_livecodebench.sh", tmp_path, PLATFORM=platform))
-    batch = int(next(a for a in args if a.startswith("data.train_batch_size=")).split("=", 1)[1])
-    mini_batch = int(
-        next(a for a in args if a.startswith("actor_rollout_ref.actor.ppo_mini_batch_size=")).split("=")[1]
-    )
-    assert 1 <= mini_batch <= batch <= 2  # the bundled set has 2 problems; AIME has 30
+    config = compose_recipe("eval_tools", [*platform, "actor_rollout_ref.model.path=/m"])
+    assert 1 <= config.actor_rollout_ref.actor.ppo_mini_batch_size <= config.data.train_batch_size <= 2
+    # verl's DAPO reward manager fails at start-up when the overlong buffer is longer than the responses.
+    assert config.reward.reward_kwargs.overlong_buffer_cfg.len <= config.data.max_response_length
+    # MODEL_PATH is evaluated: verl's default resume mode would load a checkpoint in the output dir instead.
+    assert config.trainer.resume_mode == "disable"
 
 
 def test_gpu_is_the_default_platform(tmp_path):
     [args] = commands(run_script("eval_livecodebench.sh", tmp_path))
-    assert "trainer.device=cpu" not in args and "actor_rollout_ref.rollout.name=sglang" in args
+    assert "+platform=cpu" not in args and args[-1] == "ray_tmp="
 
 
 def test_an_unknown_platform_is_refused_by_name(tmp_path):
     result = run_script("eval_livecodebench.sh", tmp_path, PLATFORM="tpu")
     assert result.returncode == 2 and "PLATFORM must be gpu or cpu, not 'tpu'" in result.stderr
-
-
-@pytest.mark.parametrize("platform", ["gpu", "cpu"])
-def test_the_overlong_buffer_fits_in_the_responses(tmp_path, platform):
-    """verl's DAPO reward manager fails at start-up when the overlong buffer is longer than the responses."""
-    [args] = commands(run_script("eval_livecodebench.sh", tmp_path, PLATFORM=platform))
-    value = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args}
-    assert int(value["+reward.reward_kwargs.overlong_buffer_cfg.len"]) <= int(value["data.max_response_length"])
 
 
 def _run_in_own_session(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.CompletedProcess, list[int]]:
@@ -142,12 +157,3 @@ def test_a_failed_cpu_run_stops_the_judge_it_started(tmp_path):
     assert (tmp_path / "out" / "judge.log").exists()  # the script's own judge answered, then was stopped
     assert "judge:" not in result.stderr
     assert left == []
-
-
-@pytest.mark.parametrize("platform", ["gpu", "cpu"])
-def test_the_evaluated_weights_are_model_path_not_a_checkpoint_in_the_output_dir(tmp_path, platform):
-    """verl's default resume mode (auto) loads the latest checkpoint under trainer.default_local_dir before the
-    validation pass: with OUTPUT_DIR set to a training run's directory it would evaluate that step instead."""
-    [args] = commands(run_script("eval_livecodebench.sh", tmp_path, PLATFORM=platform))
-    resume = [a for a in args if a.startswith("trainer.resume_mode=")]
-    assert resume == ["trainer.resume_mode=disable"]

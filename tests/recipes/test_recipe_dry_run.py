@@ -1,7 +1,7 @@
-"""Every training and evaluation recipe composes and validates against the installed verl.
+"""Every training and evaluation recipe config composes and passes the trainer-start checks against the installed verl.
 
-Each recipe prints its verl command lines (PRINT_COMMAND=1); they are composed and validated here with the
-code DRY_RUN=1 runs, in one process (verl's import is paid once). One recipe also runs DRY_RUN=1 end to end.
+The configs are composed here in one process (verl's import is paid once) and checked with the code the trainer
+runs at start (`cleaner.verl.start_check.review_start`); two scripts also run DRY_RUN=1 end to end.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from cleaner.recipes.compose import compose_recipe
+from cleaner.recipes.overrides import translate_overrides
 from cleaner.saar.config import SaarConfig
-from cleaner.verl import recipe_config
-from cleaner.verl.recipe_overrides import translate_overrides
-from cleaner.verl.trainer_config import compose_trainer_config
+from cleaner.verl.start_check import CONFIG_MARKER, review_start
 
 pytestmark = pytest.mark.slow  # composes every recipe with verl's Hydra config
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipe" / "cleaner"
-MARKER = "--- composed config ---"
+CONFIGS = RECIPES / "config"
 
 # The reference implementation's own lines (its qwen3_4b_cleaner.sh), appended as a user coming from it would.
 REFERENCE_SAAR_LINES = [
@@ -42,117 +42,193 @@ REFERENCE_REWARD_LINES = [
     "+reward_model.reward_kwargs.max_resp_len=20480",
 ]
 
-# name -> (script, extra environment, extra Hydra overrides)
-CASES: dict[str, tuple[str, dict[str, str], list[str]]] = {
-    "qwen3_4b_cleaner": ("qwen3_4b_cleaner.sh", {}, []),
-    "qwen3_4b_cleaner_dpo": ("qwen3_4b_cleaner_dpo.sh", {}, []),  # checked in tests/verl/test_tool_dpo_recipe.py
-    "qwen2.5_7b_cleaner": ("qwen2.5_7b_cleaner.sh", {}, []),
-    "qwen3_4b_cleaner_is_gate": ("qwen3_4b_cleaner_is_gate.sh", {}, []),
-    "qwen3_4b_cleaner_is_correction": ("qwen3_4b_cleaner_is_correction.sh", {}, []),
-    "qwen3_4b_cleaner_one_tolerance": ("qwen3_4b_cleaner_one_tolerance.sh", {}, []),
-    "short_responses": ("qwen3_4b_cleaner.sh", {"MAX_RESPONSE_LENGTH": "1024"}, []),
-    "token_is_without_correction": ("qwen3_4b_cleaner.sh", {"ROLLOUT_IS": "token", "CALCULATE_LOG_PROBS": "True"}, []),
-    "qwen3_4b_dapo_tool": ("qwen3_4b_dapo_tool.sh", {}, []),
-    "qwen2.5_7b_dapo_tool": ("qwen2.5_7b_dapo_tool.sh", {}, []),
-    "qwen3_4b_dapo_notool": ("qwen3_4b_dapo_notool.sh", {}, []),
-    "qwen2.5_7b_dapo_notool": ("qwen2.5_7b_dapo_notool.sh", {}, []),
-    "eval_aime_gpqa": ("eval/eval_aime_gpqa.sh", {"TEST_TIME_SAAR": "on"}, []),
-    "eval_livecodebench": ("eval/eval_livecodebench.sh", {}, []),
-    "eval_qwen3_4b_aime_gpqa": ("eval/qwen3_4b_aime_gpqa.sh", {}, []),
-    "eval_qwen2.5_7b_aime_gpqa": ("eval/qwen2.5_7b_aime_gpqa.sh", {}, []),
-    "env_and_overrides": (
-        "qwen3_4b_cleaner.sh",
-        {
-            "MAX_TOOL_RETRIES": "5",
-            "ROLLBACK_SIMILARITY_THRESHOLD": "0.7",
-            "N_GPUS_PER_NODE": "8",
-            "NNODES": "2",
-            "WANDB_PROJECT": "my-project",
-            "ROLLBACK_ON_ERRORS": "[exception,syntax_error]",
-            "JUDGE_URL": "http://judge.internal:9000",
-        },
-        ["trainer.save_freq=5"],
+
+def evaluation(saar: str, benchmarks: list[str], n: int, *extra: str) -> list[tuple[str, list[str]]]:
+    """The runs eval_common.sh starts: one validation-only run of eval_tools per benchmark."""
+    return [
+        (
+            "eval_tools",
+            [
+                "actor_rollout_ref.model.path=/models/m",
+                f"data.train_files=['{ROOT}/dataset/prepared/{bench}.parquet']",
+                f"data.val_files=['{ROOT}/dataset/prepared/{bench}.parquet']",
+                f"actor_rollout_ref.rollout.val_kwargs.n={n}",
+                f"trainer.validation_data_dir={ROOT}/output/eval/generations/{bench}",
+                f"test_time_saar={saar}",
+                *extra,
+            ],
+        )
+        for bench in benchmarks
+    ]
+
+
+AIME_GPQA = ["aime2024", "aime2025", "gpqa-diamond"]
+TRAINING = [
+    "qwen3_4b_cleaner",
+    "qwen3_4b_cleaner_dpo",
+    "qwen2.5_7b_cleaner",
+    "qwen3_4b_cleaner_is_gate",
+    "qwen3_4b_cleaner_is_correction",
+    "qwen3_4b_cleaner_one_tolerance",
+    "qwen3_4b_dapo_tool",
+    "qwen2.5_7b_dapo_tool",
+    "qwen3_4b_dapo_notool",
+    "qwen2.5_7b_dapo_notool",
+]
+MT = "actor_rollout_ref.rollout.multi_turn"
+
+
+def user(*overrides: str) -> list[str]:
+    """Overrides as a user appends them to a recipe script (launch.sh translates them first)."""
+    return translate_overrides(overrides)[0]
+
+
+# name -> the runs it composes: (config name, overrides)
+CASES: dict[str, list[tuple[str, list[str]]]] = {
+    **{name: [(name, [])] for name in TRAINING},
+    "train_cpu": [("train_cpu", [])],
+    "short_responses": [("qwen3_4b_cleaner", ["data.max_response_length=1024"])],
+    "token_is_without_correction": [
+        (
+            "qwen3_4b_cleaner",
+            ["algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=True"],
+        )
+    ],
+    "eval_aime_gpqa": evaluation("on", AIME_GPQA, 16),
+    "eval_livecodebench": evaluation("off", ["livecodebench-v6"], 10),
+    "eval_qwen2.5_7b_aime_gpqa": evaluation(
+        "off",
+        AIME_GPQA,
+        32,
+        "actor_rollout_ref.rollout.dtype=bfloat16",
+        "actor_rollout_ref.actor.fsdp_config.dtype=bfloat16",
     ),
-    "bad_saar_knob": ("qwen3_4b_cleaner.sh", {"ROLLBACK_PROBABILITY": "1.5"}, []),
-    "bad_tool_format": ("qwen3_4b_dapo_tool.sh", {"TOOL_FORMAT": "no_such_parser"}, []),
-    "lenient_tool_format": ("qwen3_4b_dapo_tool.sh", {"TOOL_FORMAT": "cleaner_lenient"}, []),
-    "reference_lines": ("qwen3_4b_cleaner.sh", {}, REFERENCE_SAAR_LINES + REFERENCE_REWARD_LINES),
-    "reference_lines_on_a_baseline": (
-        "qwen2.5_7b_dapo_tool.sh",
-        {},
-        [
-            "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True",
-            "+actor_rollout_ref.rollout.multi_turn.rollback_probability=0.7",
-            "reward_model.reward_manager=naive",
-            "+reward_model.reward_kwargs.overlong_buffer_cfg.len=1024",
-            "algorithm.rollout_correction.rollout_is=null",
-            "actor_rollout_ref.rollout.calculate_log_probs=False",
-        ],
-    ),
-    "reference_reward_function": (
-        "qwen3_4b_cleaner.sh",
-        {},
-        [
-            "custom_reward_function.path=cleaner/rewards/__init__.py",
-            "custom_reward_function.name=compute_score_outcome_reward",
-        ],
-    ),
-    "rollback_on_a_baseline": ("qwen2.5_7b_dapo_tool.sh", {"ENABLE_TOOL_ROLLBACK": "True"}, []),
-    "rollback_with_rollout_is": (
-        "qwen2.5_7b_dapo_tool.sh",
-        {"ENABLE_TOOL_ROLLBACK": "True", "ROLLOUT_IS": "sequence", "CALCULATE_LOG_PROBS": "True"},
-        [],
-    ),
-    "rollback_in_bypass_mode": (
-        "qwen3_4b_cleaner.sh",
-        {"CALCULATE_LOG_PROBS": "True"},
-        ["algorithm.rollout_correction.bypass_mode=True"],
-    ),
-    "filter_zero_advantage_on": ("qwen3_4b_cleaner.sh", {}, ["+trainer.filter_zero_advantage_samples=True"]),
-    "filter_zero_advantage_off": ("qwen3_4b_cleaner.sh", {}, ["+trainer.filter_zero_advantage_samples=False"]),
+    "eval_notool": [
+        (
+            "eval_notool",
+            [
+                "actor_rollout_ref.model.path=/models/m",
+                f"data.train_files=['{ROOT}/dataset/prepared/aime2024.notool.parquet']",
+                f"data.val_files=['{ROOT}/dataset/prepared/aime2024.notool.parquet']",
+            ],
+        )
+    ],
+    "eval_cpu": [(name, ["+platform=cpu", *overrides]) for name, overrides in evaluation("on", ["aime2024"], 2)],
+    "env_and_overrides": [
+        (
+            "qwen3_4b_cleaner",
+            user(
+                f"+{MT}.max_tool_retries=5",
+                f"+{MT}.rollback_similarity_threshold=0.7",
+                "trainer.n_gpus_per_node=8",
+                "trainer.nnodes=2",
+                "trainer.project_name=my-project",
+                f"+{MT}.rollback_on_errors=[exception,syntax_error]",
+                "trainer.save_freq=5",
+            ),
+        )
+    ],
+    "bad_saar_knob": [("qwen3_4b_cleaner", user(f"+{MT}.rollback_probability=1.5"))],
+    "bad_tool_format": [("qwen3_4b_dapo_tool", [f"{MT}.format=no_such_parser"])],
+    "lenient_tool_format": [("qwen3_4b_dapo_tool", [f"{MT}.format=cleaner_lenient"])],
+    "reference_lines": [("qwen3_4b_cleaner", user(*REFERENCE_SAAR_LINES, *REFERENCE_REWARD_LINES))],
+    "reference_lines_on_a_baseline": [
+        (
+            "qwen2.5_7b_dapo_tool",
+            user(
+                f"+{MT}.enable_tool_rollback=True",
+                f"+{MT}.rollback_probability=0.7",
+                "reward_model.reward_manager=naive",
+                "+reward_model.reward_kwargs.overlong_buffer_cfg.len=1024",
+                "algorithm.rollout_correction.rollout_is=null",
+                "actor_rollout_ref.rollout.calculate_log_probs=False",
+            ),
+        )
+    ],
+    "reference_reward_function": [
+        (
+            "qwen3_4b_cleaner",
+            user(
+                "custom_reward_function.path=cleaner/rewards/__init__.py",
+                "custom_reward_function.name=compute_score_outcome_reward",
+            ),
+        )
+    ],
+    "rollback_on_a_baseline": [
+        (
+            "qwen2.5_7b_dapo_tool",
+            [
+                f"{MT}.enable_tool_rollback=True",
+                "actor_rollout_ref.rollout.calculate_log_probs=False",
+                "algorithm.rollout_correction.rollout_is=null",
+            ],
+        )
+    ],
+    "rollback_with_rollout_is": [
+        (
+            "qwen2.5_7b_dapo_tool",
+            [f"{MT}.enable_tool_rollback=True", "algorithm.rollout_correction.rollout_is=sequence"],
+        )
+    ],
+    "rollback_in_bypass_mode": [
+        (
+            "qwen3_4b_cleaner",
+            ["actor_rollout_ref.rollout.calculate_log_probs=True", "algorithm.rollout_correction.bypass_mode=True"],
+        )
+    ],
+    "filter_zero_advantage_on": [("qwen3_4b_cleaner", ["+trainer.filter_zero_advantage_samples=True"])],
+    "filter_zero_advantage_off": [("qwen3_4b_cleaner", ["+trainer.filter_zero_advantage_samples=False"])],
+}
+SCRIPT_ENV = {
+    "CLEANER_ROOT": str(ROOT),
+    "DATA_DIR": str(ROOT / "dataset" / "prepared"),
+    "MODEL_DIR": str(ROOT / "pretrained_models"),
+    "OUTPUT_ROOT": str(ROOT / "output"),
+    "MODEL_PATH": "/models/m",
+    "TRAIN_FILES": "/data/train.parquet",
+    "VAL_FILES": "/data/val.parquet",
+    "OUTPUT_DIR": "/out/train-cpu",
 }
 
 
-def recipe_env(tmp: Path, name: str, extra_env: dict[str, str]) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "OUTPUT_ROOT": str(tmp / name),
-        "MODEL_PATH": str(tmp / "no-such-model"),
-        **extra_env,
-    }
+def check(config):
+    """What the trainer-start check does before the run's inputs: raises on a config that would not run."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
 
-
-def recipe_commands(name: str, tmp: Path) -> list[list[str]]:
-    """The verl command lines a recipe would run (PRINT_COMMAND=1: one argument per line, blank line after each)."""
-    script, extra_env, overrides = CASES[name]
-    env = recipe_env(tmp, name, {**extra_env, "PRINT_COMMAND": "1"})
-    result = subprocess.run(
-        ["bash", str(RECIPES / script), *overrides], env=env, capture_output=True, text=True, timeout=60
+    verl_validate = getattr(validate_config, "__wrapped__", validate_config)  # `import verl` wrapped it
+    review_start(
+        config,
+        lambda checked: verl_validate(
+            checked, use_reference_policy=need_reference_policy(checked), use_critic=need_critic(checked)
+        ),
     )
-    assert result.returncode == 0, result.stderr
-    commands = [block.splitlines() for block in result.stdout.split("\n\n") if block.strip()]
-    assert commands and all(command[1:3] == ["-m", "verl.trainer.main_ppo"] for command in commands)
-    return commands
 
 
 @pytest.fixture(scope="module")
-def dry_runs(tmp_path_factory) -> dict[str, list[dict]]:
-    """Each recipe's commands, composed and validated in this process (verl is imported once)."""
-    tmp = tmp_path_factory.mktemp("dry")
-    results = {}
-    for name in CASES:
-        configs = []
-        for command in recipe_commands(name, tmp):
-            config = compose_trainer_config(command[3:])
-            try:
-                recipe_config.validate(config)
-            except ValueError as error:
-                configs.append(error)
-                continue
-            configs.append(yaml.safe_load(OmegaConf.to_yaml(config)))
-        results[name] = configs
-    return results
+def dry_runs() -> dict[str, list]:
+    """Each case's configs (resolved, as dicts) or the error the trainer-start check raised."""
+    saved = dict(os.environ)
+    os.environ.update(SCRIPT_ENV)
+    for key in ("JUDGE_URL", "CLEANER_TOOL_CONFIG"):
+        os.environ.pop(key, None)
+    try:
+        results = {}
+        for name, runs in CASES.items():
+            configs = []
+            for config_name, overrides in runs:
+                config = compose_recipe(config_name, overrides)
+                try:
+                    check(config)
+                except ValueError as error:
+                    configs.append(error)
+                    continue
+                configs.append(OmegaConf.to_container(config, resolve=True))
+            results[name] = configs
+        return results
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def composed(configs: list) -> dict:
@@ -161,13 +237,12 @@ def composed(configs: list) -> dict:
     return configs[0]
 
 
-def test_every_recipe_has_a_dry_run_case():
-    scripts = {
-        p.relative_to(RECIPES).as_posix()
-        for p in [*RECIPES.glob("qwen*.sh"), *RECIPES.glob("eval/eval_*.sh"), *RECIPES.glob("eval/qwen*.sh")]
-    }
-    scripts.discard("eval/eval_common.sh")
-    assert scripts == {script for script, _, _ in CASES.values()}
+def test_every_recipe_script_runs_its_config():
+    """Each training script's main_ppo line names its own config file, and every training config has a case."""
+    for script in RECIPES.glob("qwen*.sh"):
+        assert f"--config-name {script.stem} " in script.read_text(), script
+    assert {p.stem for p in RECIPES.glob("qwen*.sh")} == set(TRAINING)
+    assert {p.stem for p in CONFIGS.glob("qwen*.yaml")} == set(TRAINING)
 
 
 def test_cleaner_4b(dry_runs):
@@ -263,9 +338,6 @@ def test_no_tool_baselines(dry_runs, name):
     assert all(path.endswith(".notool.parquet") for path in config["data"]["val_files"])
 
 
-AIME_GPQA = ["aime2024", "aime2025", "gpqa-diamond"]
-
-
 def validated_benchmarks(configs: list[dict]) -> list[str]:
     """The benchmark each validation-only run of an evaluation script writes its dump for, in order."""
     return [config["trainer"]["validation_data_dir"].rsplit("/", 1)[1] for config in configs]
@@ -297,7 +369,7 @@ def test_eval_livecodebench(dry_runs):
 
 @pytest.mark.parametrize(
     ("name", "saar", "n", "dtype"),
-    [("eval_qwen3_4b_aime_gpqa", True, 16, "float16"), ("eval_qwen2.5_7b_aime_gpqa", False, 32, "bfloat16")],
+    [("eval_aime_gpqa", True, 16, "float16"), ("eval_qwen2.5_7b_aime_gpqa", False, 32, "bfloat16")],
 )
 def test_per_model_evaluations_use_the_references_settings(dry_runs, name, saar, n, dtype):
     """The reference evaluated CLEANER-4B on AIME/GPQA with n=16, fp16 and test-time SAAR on; CLEANER-7B with n=32,
@@ -314,16 +386,13 @@ def test_per_model_evaluations_use_the_references_settings(dry_runs, name, saar,
         assert (rollout["val_kwargs"]["temperature"], rollout["val_kwargs"]["top_p"]) == (1.0, 0.6)
 
 
-def test_environment_and_extra_overrides_reach_the_config(dry_runs):
+def test_a_users_overrides_reach_the_config(dry_runs):
     config = composed(dry_runs["env_and_overrides"])
     multi_turn = config["actor_rollout_ref"]["rollout"]["multi_turn"]
     assert (multi_turn["max_tool_retries"], multi_turn["rollback_similarity_threshold"]) == (5, 0.7)
     assert multi_turn["rollback_on_errors"] == ["exception", "syntax_error"]
     assert (config["trainer"]["n_gpus_per_node"], config["trainer"]["nnodes"]) == (8, 2)
     assert (config["trainer"]["project_name"], config["trainer"]["save_freq"]) == ("my-project", 5)
-    assert config["reward"]["custom_reward_function"]["reward_kwargs"]["judge_url"] == "http://judge.internal:9000"
-    tool_config = yaml.safe_load(Path(multi_turn["tool_config_path"]).read_text())
-    assert tool_config["tools"][0]["config"]["judge_url"] == "http://judge.internal:9000"
 
 
 def test_invalid_saar_knob_fails_validation_with_its_name(dry_runs):
@@ -346,32 +415,52 @@ def test_validation_only_runs_size_the_schedule_for_one_step(dry_runs):
         assert config["trainer"]["total_training_steps"] == 1
 
 
+def run_script(script: str, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    inherited = {k: v for k, v in os.environ.items() if k not in ("CLEANER_TOOL_CONFIG", "DATA_DIR", "MODEL_DIR")}
+    full_env = {**inherited, "PYTHON": sys.executable, "OUTPUT_ROOT": str(tmp_path / "out"), **env}
+    return subprocess.run(
+        ["bash", str(RECIPES / script), *args], env=full_env, capture_output=True, text=True, timeout=280
+    )
+
+
 def test_dry_run_end_to_end(tmp_path):
-    """DRY_RUN=1 itself: composes, validates, prints the config, warns what a real run would miss, no GPU."""
-    env = recipe_env(tmp_path, "e2e", {"DRY_RUN": "1", "JUDGE_URL": "http://127.0.0.1:9"})  # nothing listens there
-    result = subprocess.run(
-        ["bash", str(RECIPES / "qwen3_4b_cleaner.sh")], env=env, capture_output=True, text=True, timeout=280
+    """DRY_RUN=1 itself: main_ppo composes and checks, prints the config, warns what a real run would miss, no GPU;
+    a reference line is translated with a note, and another judge gets a tool yaml naming it."""
+    result = run_script(
+        "qwen3_4b_cleaner.sh",
+        tmp_path,
+        "+actor_rollout_ref.rollout.multi_turn.max_tool_retries=5",
+        "reward_model.reward_manager=dapo",
+        DRY_RUN="1",
+        JUDGE_URL="http://127.0.0.1:9",  # nothing listens there
+        MODEL_DIR=str(tmp_path / "models"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "DRY_RUN ok: Qwen3-4B-CLEANER" in result.stdout
-    config = yaml.safe_load(result.stdout.split(MARKER, 1)[1].rsplit("DRY_RUN ok", 1)[0])
-    assert config["actor_rollout_ref"]["rollout"]["multi_turn"]["enable_tool_rollback"] is True
-    assert "a real run would stop here" in result.stderr and "no-such-model has no config.json" in result.stderr
+    config = yaml.safe_load(result.stdout.split(CONFIG_MARKER, 1)[1].rsplit("DRY_RUN ok", 1)[0])
+    multi_turn = config["actor_rollout_ref"]["rollout"]["multi_turn"]
+    assert (multi_turn["enable_tool_rollback"], multi_turn["max_tool_retries"]) == (True, 5)
+    assert "note: reward_model.reward_manager=dapo: dropped" in result.stderr
+    assert "a real run would stop here" in result.stderr
+    assert f"model: {tmp_path}/models/Qwen3-4B-RA-SFT has no config.json" in result.stderr
     assert "judge: no answer from http://127.0.0.1:9/ping" in result.stderr
+    assert config["reward"]["custom_reward_function"]["reward_kwargs"]["judge_url"] == "http://127.0.0.1:9"
+    tool_config = yaml.safe_load(Path(multi_turn["tool_config_path"]).read_text())
+    assert tool_config["tools"][0]["config"]["judge_url"] == "http://127.0.0.1:9"
 
 
-def test_dry_run_reports_an_invalid_config_and_fails(tmp_path, capsys):
-    [command] = recipe_commands("bad_saar_knob", tmp_path)
-    assert recipe_config.main(command[3:]) == 1
-    captured = capsys.readouterr()
-    assert "DRY_RUN: invalid config: TrainerConfigError" in captured.err and "rollback_probability" in captured.err
-    assert "got 1.5" in captured.err
-    assert "DRY_RUN ok" not in captured.out
+def test_dry_run_reports_an_invalid_config_by_name_and_fails(tmp_path):
+    """A no-tool recipe gets the trainer-start checks too (cleaner's reward manager selects them)."""
+    result = run_script("qwen3_4b_dapo_notool.sh", tmp_path, "+trainer.filter_zero_advantage_samples=True", DRY_RUN="1")
+    assert result.returncode == 1
+    assert "DRY_RUN ok" not in result.stdout
+    assert "trainer.filter_zero_advantage_samples=True belongs to the reference's" in result.stderr
 
 
-def test_dry_run_names_an_unknown_override(capsys):
-    assert recipe_config.main(["actor_rollout_ref.rollout.no_such_key=1"]) == 1
-    assert "DRY_RUN: invalid config: ConfigCompositionException" in capsys.readouterr().err
+def test_a_recipe_config_that_would_not_run_is_refused_before_verls_own_checks():
+    config = compose_recipe("qwen3_4b_cleaner", [f"{MT}.rollback_probability=1.5"])
+    with pytest.raises(ValueError, match="rollback_probability must be a number in \\[0, 1\\], got 1.5"):
+        review_start(config, verl_validate=lambda _: pytest.fail("verl's validation ran first"))
 
 
 def test_the_reference_recipes_saar_and_reward_lines_keep_their_meaning(dry_runs):
@@ -403,11 +492,11 @@ def test_the_reference_reward_function_name_is_refused_by_name(dry_runs):
     assert "CLEANER's is compute_score" in str(error)
 
 
-def test_appending_a_key_the_recipe_sets_fails_in_hydra_without_the_recipes_rewrite(tmp_path):
-    [command] = recipe_commands("qwen3_4b_cleaner", tmp_path)
+def test_appending_a_key_the_recipe_sets_fails_in_hydra_without_the_translation():
+    """The reference appends its SAAR keys with `+`; a recipe config already has them, so `+` must become `++`."""
     with pytest.raises(Exception, match="Could not append to config"):
-        compose_trainer_config([*command[3:], "+actor_rollout_ref.rollout.multi_turn.rollback_probability=0.7"])
-    config = compose_trainer_config([*command[3:], "++actor_rollout_ref.rollout.multi_turn.rollback_probability=0.7"])
+        compose_recipe("qwen3_4b_cleaner", [f"+{MT}.rollback_probability=0.7"])
+    config = compose_recipe("qwen3_4b_cleaner", user(f"+{MT}.rollback_probability=0.7"))
     assert config.actor_rollout_ref.rollout.multi_turn.rollback_probability == 0.7
 
 
@@ -437,34 +526,25 @@ def test_filter_zero_advantage_samples_is_refused_when_on(dry_runs):
     assert composed(dry_runs["filter_zero_advantage_off"])["trainer"]["filter_zero_advantage_samples"] is False
 
 
-def test_an_untranslated_legacy_reward_key_is_refused_naming_the_new_key(tmp_path, capsys):
-    [command] = recipe_commands("qwen3_4b_cleaner", tmp_path)
-    assert recipe_config.main([*command[3:], "+reward_model.reward_kwargs.overlong_buffer_cfg.len=1024"]) == 1
-    error = capsys.readouterr().err
-    assert "DRY_RUN: invalid config: TrainerConfigError" in error
-    assert "reward_model.reward_kwargs.overlong_buffer_cfg.len -> reward.reward_kwargs.overlong_buffer_cfg.len" in error
+def test_an_untranslated_legacy_reward_key_is_refused_naming_the_new_key():
+    config = compose_recipe("qwen3_4b_cleaner", ["+reward_model.reward_kwargs.overlong_buffer_cfg.len=1024"])
+    with pytest.raises(ValueError) as raised:
+        check(config)
+    expected = "reward_model.reward_kwargs.overlong_buffer_cfg.len -> reward.reward_kwargs.overlong_buffer_cfg.len"
+    assert expected in str(raised.value)
 
 
-def test_dry_run_without_reward_kwargs(tmp_path, capsys):
-    """verl's schema has no reward_kwargs under custom_reward_function: a config without them must validate."""
-    [command] = recipe_commands("qwen3_4b_dapo_tool", tmp_path)
-    without = [arg for arg in command[3:] if not arg.startswith("+reward.custom_reward_function.reward_kwargs.")]
-    assert len(without) == len(command) - 4
-    assert recipe_config.main(without) == 0, capsys.readouterr().err
-    assert "DRY_RUN ok" in capsys.readouterr().out
-
-
-def test_user_overrides_are_translated_with_a_note_each(tmp_path, capsys):
-    recipe = ["+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=True", "trainer.save_freq=10"]
-    user = [
-        "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=False",
-        "+trainer.save_freq=5",
-        "reward_model.reward_manager=dapo",
-        "custom_reward_function.name=compute_score",
-        "~trainer.logger",
-        "trainer.test_freq=3",
-    ]
-    translated, notes = translate_overrides(recipe, user)
+def test_user_overrides_are_translated_with_a_note_each():
+    translated, notes = translate_overrides(
+        [
+            "+actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=False",
+            "+trainer.save_freq=5",
+            "reward_model.reward_manager=dapo",
+            "custom_reward_function.name=compute_score",
+            "~trainer.logger",
+            "trainer.test_freq=3",
+        ]
+    )
     assert translated == [
         "++actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=False",
         "++trainer.save_freq=5",
@@ -472,4 +552,25 @@ def test_user_overrides_are_translated_with_a_note_each(tmp_path, capsys):
         "~trainer.logger",
         "trainer.test_freq=3",
     ]
-    assert len(notes) == 4 and "dropped, the recipe already uses verl's DAPO reward manager" in notes[2]
+    assert len(notes) == 2 and "dropped, the recipe already uses verl's DAPO reward manager" in notes[0]
+
+
+def test_a_config_without_reward_kwargs_passes():
+    """verl's schema has no reward_kwargs under custom_reward_function: a config without them must pass."""
+    check(compose_recipe("qwen3_4b_dapo_tool", ["~reward.custom_reward_function.reward_kwargs"]))
+
+
+def test_the_cpu_configs_pass_the_checks_on_the_cpu_backend(dry_runs):
+    train = composed(dry_runs["train_cpu"])
+    assert (train["actor_rollout_ref"]["rollout"]["name"], train["trainer"]["device"]) == ("cpu", "cpu")
+    assert train["actor_rollout_ref"]["rollout"]["multi_turn"]["enable_tool_rollback"] is True
+    assert train["trainer"]["logger"] == ["console", "file", "wandb"]
+    [evaluation] = dry_runs["eval_cpu"]
+    assert (evaluation["actor_rollout_ref"]["rollout"]["name"], evaluation["trainer"]["val_only"]) == ("cpu", True)
+    assert evaluation["data"]["max_prompt_length"] == 1024  # the platform's, over validation_only's 4096
+
+
+def test_no_tool_evaluation_runs_single_turn(dry_runs):
+    config = composed(dry_runs["eval_notool"])
+    assert config["actor_rollout_ref"]["rollout"]["multi_turn"]["enable"] is False
+    assert config["trainer"]["val_only"] is True

@@ -38,11 +38,13 @@ def run(script: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
     return subprocess.run(["bash", str(script), *args], env=full_env, capture_output=True, text=True, timeout=280)
 
 
-def test_preflight_names_everything_that_is_missing(tmp_path):
+@pytest.mark.slow  # imports verl's trainer
+def test_the_trainer_start_check_names_everything_that_is_missing(tmp_path):
+    """A real start (no DRY_RUN): main_ppo's driver stops at its config check, before Ray, naming each input."""
     result = run(
         RECIPES / "qwen3_4b_cleaner.sh",
         {
-            "MODEL_PATH": str(tmp_path / "model"),
+            "MODEL_DIR": str(tmp_path / "models"),
             "DATA_DIR": str(tmp_path / "data"),
             "JUDGE_URL": "http://127.0.0.1:9",
             "OUTPUT_ROOT": str(tmp_path / "out"),
@@ -50,21 +52,22 @@ def test_preflight_names_everything_that_is_missing(tmp_path):
     )
     assert result.returncode == 1
     lines = result.stderr.splitlines()
-    assert lines[0] == "cannot start Qwen3-4B-CLEANER:"
-    assert f"model: {tmp_path / 'model'} has no config.json" in lines[1]
-    assert [line.split()[1] for line in lines[2:5]] == [
+    start = lines.index("cleaner.verl.config_checks.TrainerConfigError: cannot start:")
+    assert f"model: {tmp_path / 'models' / 'Qwen3-4B-RA-SFT'} has no config.json" in lines[start + 1]
+    assert [line.split()[1] for line in lines[start + 2 : start + 5]] == [
         str(tmp_path / "data" / name) for name in ("open-agentrl-30k.parquet", "aime2024.parquet", "aime2025.parquet")
     ]
-    assert lines[5].startswith("judge: no answer from http://127.0.0.1:9/ping")
-    assert not (tmp_path / "out").exists()
+    assert lines[start + 5].startswith("judge: no answer from http://127.0.0.1:9/ping")
+    assert "ray init" not in result.stdout + result.stderr
+    assert not (tmp_path / "out" / "Qwen3-4B-CLEANER").exists()
 
 
 def preflight_inputs(tmp_path: Path, train_agent_name: str | None) -> dict[str, str]:
     """A model directory and the 4B recipe's three data files; the training file's rows select `train_agent_name`
     (None: a raw file without the agent_name column)."""
-    model, data = tmp_path / "model", tmp_path / "data"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    models, data = tmp_path / "models", tmp_path / "data"
+    (models / "Qwen3-4B-RA-SFT").mkdir(parents=True)
+    (models / "Qwen3-4B-RA-SFT" / "config.json").write_text("{}")
     data.mkdir()
     for name in ("open-agentrl-30k", "aime2024", "aime2025"):
         frame = pd.DataFrame({"data_source": ["math_dapo"] * 2})
@@ -72,45 +75,30 @@ def preflight_inputs(tmp_path: Path, train_agent_name: str | None) -> dict[str, 
         if agent_name is not None:
             frame["agent_name"] = agent_name
         frame.to_parquet(data / f"{name}.parquet")
-    return {"MODEL_PATH": str(model), "DATA_DIR": str(data), "OUTPUT_ROOT": str(tmp_path / "out")}
+    return {"MODEL_DIR": str(models), "DATA_DIR": str(data), "OUTPUT_ROOT": str(tmp_path / "out"), "DRY_RUN": "1"}
 
 
 @pytest.mark.slow
-def test_preflight_passes_with_model_data_and_a_live_judge(tmp_path, judge_url):
-    env = {**preflight_inputs(tmp_path, AGENT_NAME), "JUDGE_URL": judge_url, "PREFLIGHT_ONLY": "1"}
-    result = run(RECIPES / "qwen3_4b_cleaner.sh", env)
+def test_dry_run_finds_nothing_missing_with_model_data_and_a_live_judge(tmp_path, judge_url):
+    result = run(RECIPES / "qwen3_4b_cleaner.sh", {**preflight_inputs(tmp_path, AGENT_NAME), "JUDGE_URL": judge_url})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "preflight ok: Qwen3-4B-CLEANER"
+    assert "DRY_RUN ok: Qwen3-4B-CLEANER" in result.stdout
+    assert "would stop here" not in result.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("agent_name", [None, "tool_agent"])
-def test_preflight_refuses_training_data_that_would_run_without_saar(tmp_path, judge_url, agent_name):
-    env = {**preflight_inputs(tmp_path, agent_name), "JUDGE_URL": judge_url, "PREFLIGHT_ONLY": "1"}
-    result = run(RECIPES / "qwen3_4b_cleaner.sh", env)
-    assert result.returncode == 1
+def test_training_data_that_would_run_without_saar_is_refused(tmp_path, judge_url, agent_name):
+    result = run(RECIPES / "qwen3_4b_cleaner.sh", {**preflight_inputs(tmp_path, agent_name), "JUDGE_URL": judge_url})
     train = tmp_path / "data" / "open-agentrl-30k.parquet"
     selected = "single_turn_agent (no agent_name: agent.default_agent_loop)" if agent_name is None else agent_name
-    assert result.stderr.splitlines() == [
-        "cannot start Qwen3-4B-CLEANER:",
-        f"data: {train}: 2 of 2 rows would run without SAAR (2 select {selected}; SAAR runs only in {AGENT_NAME}). "
-        "Prepare the file with `cleaner data prepare`, or set "
-        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME} for rows without agent_name",
-    ]
-
-
-@pytest.mark.slow
-def test_preflight_refuses_a_config_that_would_not_train_as_asked(tmp_path, judge_url):
-    env = {**preflight_inputs(tmp_path, AGENT_NAME), "JUDGE_URL": judge_url, "PREFLIGHT_ONLY": "1"}
-    result = run(RECIPES / "qwen3_4b_cleaner.sh", env, "+trainer.filter_zero_advantage_samples=True")
-    assert result.returncode == 1
-    assert result.stderr.splitlines()[1].startswith(
-        "config: TrainerConfigError: trainer.filter_zero_advantage_samples=True belongs to the reference's"
-    )
+    stop = result.stderr.split("DRY_RUN: a real run would stop here:\n", 1)[1].splitlines()
+    assert stop[0].startswith(f"data: {train}: 2 of 2 rows would run without SAAR (2 select {selected};")
+    assert f"set actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}" in stop[0]
 
 
 def test_eval_needs_a_model_path(tmp_path):
-    result = run(RECIPES / "eval" / "eval_aime_gpqa.sh", {"MODEL_PATH": "", "PRINT_COMMAND": "1"})
+    result = run(RECIPES / "eval" / "eval_aime_gpqa.sh", {"MODEL_PATH": "", "DRY_RUN": "1"})
     assert result.returncode != 0
     assert "set MODEL_PATH to the model directory" in result.stderr
 
@@ -182,7 +170,7 @@ def test_data_filter_script_says_which_input_is_missing(tmp_path):
     assert f"missing input file(s): DATASET={tmp_path / 'x.parquet'}" in result.stderr
 
 
-@pytest.mark.parametrize("script", ["common.sh", "eval/eval_common.sh"])
+@pytest.mark.parametrize("script", ["launch.sh", "cpu_process.sh", "eval/eval_common.sh"])
 def test_libraries_refuse_to_run_directly(script):
     result = subprocess.run(["bash", str(RECIPES / script)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "is a library" in result.stderr

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -49,55 +47,6 @@ def test_check_cli_passes_on_a_healthy_install():
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3 and all(line.startswith("ok") for line in lines), lines
-
-
-# Retired public paths: an old override line or import fails naming the path that replaced it.
-RETIRED_PATHS = {
-    "cleaner.plugin": "cleaner.verl.multi_turn_config.SaarMultiTurnConfig",
-    "cleaner.agent_loop": "cleaner.verl.agent_loop.CleanerToolAgentLoop",
-    "cleaner.agent_loop_manager": "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager",
-}
-
-
-@pytest.mark.parametrize(("old", "new"), RETIRED_PATHS.items())
-def test_importing_a_retired_path_fails_naming_the_new_one(old, new):
-    sys.modules.pop(old, None)
-    with pytest.raises(ImportError, match=re.escape(new)):
-        importlib.import_module(old)
-
-
-def test_the_retired_manager_path_in_an_override_line_fails_naming_the_new_one():
-    """verl loads `agent_loop_manager_class` with `load_class_from_fqn`, which keeps the import error's text."""
-    from verl.utils.import_utils import load_class_from_fqn
-
-    sys.modules.pop("cleaner.agent_loop_manager", None)
-    with pytest.raises(ImportError, match=re.escape(RETIRED_PATHS["cleaner.agent_loop_manager"])):
-        load_class_from_fqn("cleaner.agent_loop_manager.CleanerAgentLoopManager", "AgentLoopManager")
-
-
-@pytest.mark.slow  # composes verl's Hydra config
-def test_the_retired_multi_turn_target_fails_naming_the_new_one():
-    """Hydra wraps the import error of a `_target_`; the chained cause (printed with the traceback) names the path."""
-    from hydra.errors import InstantiationException
-    from verl.utils.config import omega_conf_to_dataclass
-
-    sys.modules.pop("cleaner.plugin", None)
-    with pytest.raises(InstantiationException, match="cleaner.plugin.SaarMultiTurnConfig") as raised:
-        omega_conf_to_dataclass(
-            compose_rollout(["actor_rollout_ref.rollout.multi_turn._target_=cleaner.plugin.SaarMultiTurnConfig"])
-        )
-    causes = []
-    error: BaseException | None = raised.value
-    while error is not None:
-        causes.append(str(error))
-        error = error.__cause__
-    assert any(RETIRED_PATHS["cleaner.plugin"] in cause for cause in causes), causes
-
-
-def test_the_retired_check_command_fails_naming_the_new_one():
-    result = run_python("-m", "cleaner.plugin", "--check")
-    assert result.returncode != 0
-    assert "python -m cleaner.verl.plugin --check" in result.stderr
 
 
 # What the plugin imports when it registers (python -c "import cleaner.verl.plugin; print(sys.modules)").

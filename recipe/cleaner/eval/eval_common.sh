@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Shared part of the evaluation scripts (sourced): test-time SAAR switch, platform switch, one validation-only
-# verl run per benchmark, then the results table. Uses recipe/cleaner/common.sh for everything else.
-# PLATFORM=gpu (default) runs the recipes' GPU settings; PLATFORM=cpu runs verl's `cpu` platform with the
-# `cpu` rollout backend of the verl-cpu package (cpu_platform.sh, docs/evaluation.md).
+# Shared part of the evaluation scripts (sourced): one validation-only verl run per benchmark
+# (config/eval_tools.yaml or eval_notool.yaml), then the results table.
+#   MODEL_PATH=...      the model to evaluate (Hugging Face directory)
+#   TEST_TIME_SAAR      off | on (tool models; config/test_time_saar/)
+#   MODE                tools | notool
+#   PLATFORM            gpu | cpu (verl's `cpu` platform with the verl-cpu package: config/platform/cpu.yaml and
+#                       cpu_process.sh, docs/evaluation.md)
+#   VAL_N, BENCHMARKS, DATA_DIR, OUTPUT_ROOT or OUTPUT_DIR, EXPERIMENT_NAME
+# Extra arguments are Hydra overrides for every run (they win).
 
 if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then
     echo "eval_common.sh is a library: source it from an evaluation script" >&2
@@ -12,40 +17,33 @@ fi
 : "${MODE:=tools}"
 : "${TEST_TIME_SAAR:=off}"
 : "${PLATFORM:=gpu}"
+: "${MODEL_PATH:?set MODEL_PATH to the model directory (Hugging Face format) to evaluate}"
 case "$TEST_TIME_SAAR" in
-    on) : "${ENABLE_TOOL_ROLLBACK:=True}" "${ROLLBACK_IN_VALIDATION:=True}" "${ROLLBACK_PROBABILITY:=1.0}" ;;
-    off) : "${ENABLE_TOOL_ROLLBACK:=False}" "${ROLLBACK_IN_VALIDATION:=False}" ;;
+    on | off) ;;
     *)
         echo "TEST_TIME_SAAR must be on or off, not '$TEST_TIME_SAAR'" >&2
         exit 2
         ;;
 esac
+# shellcheck source=recipe/cleaner/launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../launch.sh"
 case "$PLATFORM" in
-    gpu) ;;
+    gpu) CLEANER_EVAL_PLATFORM=() ;;
     cpu)
-        # shellcheck source=recipe/cleaner/eval/cpu_platform.sh
-        source "$(dirname "${BASH_SOURCE[0]}")/cpu_platform.sh"
+        # shellcheck source=recipe/cleaner/cpu_process.sh
+        source "$(dirname "${BASH_SOURCE[0]}")/../cpu_process.sh"
+        CLEANER_EVAL_PLATFORM=(+platform=cpu)
         ;;
     *)
         echo "PLATFORM must be gpu or cpu, not '$PLATFORM'" >&2
         exit 2
         ;;
 esac
-# Training-only settings still have to compose; they do not affect a validation-only run.
-: "${ACTOR_LR:=1e-6}"
-# The benchmark doubles as the (never used) train set, and verl stops when that set is smaller than one
-# training batch ("Train dataloader is empty!"): AIME's 30 problems are fewer than the recipes' 128.
-: "${TRAIN_BATCH_SIZE:=1}"
-: "${PPO_MINI_BATCH_SIZE:=1}"
-# The reference's evaluation scripts allow 4096 prompt tokens (training: 2560); verl drops longer prompts.
-: "${MAX_PROMPT_LENGTH:=4096}"
-# shellcheck source=recipe/cleaner/common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
-: "${MODEL_PATH:?set MODEL_PATH to the model directory (Hugging Face format) to evaluate}"
 : "${EXPERIMENT_NAME:=eval-$(basename "$MODEL_PATH")-saar-$TEST_TIME_SAAR}"
 : "${OUTPUT_DIR:=$OUTPUT_ROOT/$EXPERIMENT_NAME}"
-if [[ "$PLATFORM" == "cpu" ]]; then
-    cleaner_eval_cpu_start
+if [[ "$PLATFORM" == "cpu" ]] && recipe_launching; then
+    "$PYTHON" -m cleaner.models check "$MODEL_PATH" >/dev/null # not a model: stop before anything starts
+    cpu_start_judge "$OUTPUT_DIR"
 fi
 
 # The prepared file of a benchmark (no-tool models get the prompts without tool hints).
@@ -57,21 +55,40 @@ cleaner_eval_file() {
     fi
 }
 
+# One verl validation-only run of benchmark NAME; generations go to $OUTPUT_DIR/generations/NAME.
+cleaner_eval_run() {
+    local name="$1" file
+    shift
+    file="$(cleaner_eval_file "$name")"
+    local command=(
+        "$PYTHON" -m verl.trainer.main_ppo --config-dir "$CLEANER_CONFIG_DIR" --config-name "eval_$MODE"
+        "${CLEANER_EVAL_PLATFORM[@]}"
+        "actor_rollout_ref.model.path=$MODEL_PATH"
+        "data.train_files=['$file']"
+        "data.val_files=['$file']"
+        "actor_rollout_ref.rollout.val_kwargs.n=$VAL_N"
+        "trainer.experiment_name=$EXPERIMENT_NAME"
+        "trainer.default_local_dir=$OUTPUT_DIR/checkpoints"
+        "trainer.validation_data_dir=$OUTPUT_DIR/generations/$name"
+    )
+    if [[ "$MODE" == "tools" ]]; then
+        command+=("test_time_saar=$TEST_TIME_SAAR")
+    fi
+    if [[ "$PLATFORM" == "cpu" ]]; then
+        cpu_run "${command[@]}" "$@"
+    else
+        "${command[@]}" "$@"
+    fi
+}
+
 cleaner_eval_benchmarks() {
     local bench generations=()
-    # MODEL_PATH is what gets evaluated: verl's default resume mode would load the latest checkpoint it finds in
-    # $OUTPUT_DIR/checkpoints instead (e.g. with OUTPUT_DIR set to the training run's directory).
-    local overrides=(trainer.resume_mode=disable "$@")
     for bench in $BENCHMARKS; do
-        if [[ "$PLATFORM" == "cpu" ]]; then
-            cleaner_eval_cpu_validate "$MODE" "$bench" "$(cleaner_eval_file "$bench")" "${overrides[@]}"
-        else
-            cleaner_validate "$MODE" "$bench" "$(cleaner_eval_file "$bench")" "${overrides[@]}"
-        fi
+        cleaner_eval_run "$bench" "$@"
         generations+=(--generations "$bench=$OUTPUT_DIR/generations/$bench")
     done
-    cleaner_launching || return 0
+    recipe_launching || return 0
     "$PYTHON" -m cleaner.cli eval score "${generations[@]}" --output-dir "$OUTPUT_DIR" \
         --run "model=$MODEL_PATH" --run "mode=$MODE" --run "test_time_saar=$TEST_TIME_SAAR" --run "n=$VAL_N" \
-        --run "temperature=$VAL_TEMPERATURE" --run "top_p=$VAL_TOP_P"
+        --run "temperature=1.0" --run "top_p=0.6" # config/paper_grpo.yaml's val_kwargs
 }

@@ -12,11 +12,11 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/eval_common.sh"
 
 cleaner_eval_benchmarks "$@"
-if cleaner_launching; then
+if recipe_launching; then
     "$PYTHON" -m cleaner.cli eval lcb-score \
         --generations "livecodebench-v6=$OUTPUT_DIR/generations/livecodebench-v6" \
         --dataset "$(cleaner_eval_file livecodebench-v6)" \
-        --judge-url "$JUDGE_URL" \
+        --judge-url "${JUDGE_URL:-$CLEANER_DEFAULT_JUDGE_URL}" \
         --output-dir "$OUTPUT_DIR/livecodebench-judged" \
         --run "model=$MODEL_PATH" --run "test_time_saar=$TEST_TIME_SAAR" --run "n=$VAL_N"
 fi

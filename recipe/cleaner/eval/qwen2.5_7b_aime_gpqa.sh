@@ -7,9 +7,8 @@ set -euo pipefail
 
 : "${TEST_TIME_SAAR:=off}"
 : "${VAL_N:=32}"
-: "${DTYPE:=bfloat16}"
 : "${BENCHMARKS:=aime2024 aime2025 gpqa-diamond}"
 # shellcheck source=recipe/cleaner/eval/eval_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/eval_common.sh"
 
-cleaner_eval_benchmarks "$@"
+cleaner_eval_benchmarks actor_rollout_ref.rollout.dtype=bfloat16 actor_rollout_ref.actor.fsdp_config.dtype=bfloat16 "$@"

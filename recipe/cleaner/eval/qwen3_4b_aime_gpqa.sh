@@ -8,7 +8,6 @@ set -euo pipefail
 
 : "${TEST_TIME_SAAR:=on}"
 : "${VAL_N:=16}"
-: "${DTYPE:=float16}"
 : "${BENCHMARKS:=aime2024 aime2025 gpqa-diamond}"
 # shellcheck source=recipe/cleaner/eval/eval_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/eval_common.sh"

@@ -1,4 +1,4 @@
-"""One real training step of recipe/cleaner/cpu_smoke.sh on the scripted problems, for the CPU-trainer tests.
+"""One real training step of recipe/cleaner/train_cpu.sh on the scripted problems, for the CPU-trainer tests.
 
 The tiny model is the actor and the scripted rollout backend (`cpu_scripted_backend.py`) samples; the tests
 that use it add their own environment and Hydra overrides and read back verl's metrics and the batch a hook
@@ -23,7 +23,7 @@ TEST_TIMEOUT_S = RUN_TIMEOUT_S + STOP_GRACE_S + 60
 
 
 def run_recipe(args: list[str], env: dict[str, str], log_path: Path) -> int:
-    """Run cpu_smoke.sh; on timeout send it SIGTERM, so that its exit trap stops everything it started."""
+    """Run train_cpu.sh; on timeout send it SIGTERM, so that its exit trap stops everything it started."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
@@ -36,6 +36,30 @@ def run_recipe(args: list[str], env: dict[str, str], log_path: Path) -> int:
                 process.kill()
                 process.wait()
             pytest.fail(f"the training run took more than {RUN_TIMEOUT_S} s; log: {log_path}")
+
+
+# Settings the tests pass as environment variables, and the config key each sets (train_cpu.sh reads only paths,
+# the judge and RAY_NUM_CPUS from the environment; everything else is a Hydra override).
+SETTING_KEYS = {
+    "ROLLOUT_BACKEND": "actor_rollout_ref.rollout.name",
+    "ROLLOUT_N": "actor_rollout_ref.rollout.n",
+    "TRAIN_BATCH_SIZE": "data.train_batch_size",
+    "TOTAL_TRAINING_STEPS": "trainer.total_training_steps",
+    "MAX_PROMPT_LENGTH": "data.max_prompt_length",
+    "MAX_RESPONSE_LENGTH": "data.max_response_length",
+    "TEST_FREQ": "trainer.test_freq",
+    "SAVE_FREQ": "trainer.save_freq",
+    "TRAINER_USE_V1": "trainer.use_v1",
+    "CALCULATE_LOG_PROBS": "actor_rollout_ref.rollout.calculate_log_probs",
+    "ROLLOUT_IS": "algorithm.rollout_correction.rollout_is",
+    "ROLLBACK_IS_THRESHOLD": "++actor_rollout_ref.rollout.multi_turn.rollback_is_threshold",
+    "ROLLBACK_IS_CORRECTION": "++actor_rollout_ref.rollout.multi_turn.rollback_is_correction",
+}
+
+
+def setting_overrides(settings: dict[str, str]) -> list[str]:
+    """The Hydra overrides for the settings among `settings` (other entries are the process's environment)."""
+    return [f"{SETTING_KEYS[name]}={value}" for name, value in settings.items() if name in SETTING_KEYS]
 
 
 def train_one_scripted_step(
@@ -60,12 +84,7 @@ def train_one_scripted_step(
     ]
     assert len(rows) == len(PROBLEMS)
     write_parquet(rows, work / "train.parquet")
-    env = {
-        **os.environ,
-        "MODEL_PATH": str(model_dir),
-        "OUTPUT_DIR": str(work / "out"),
-        "JUDGE_URL": judge_url,
-        "TRAIN_FILES": str(work / "train.parquet"),
+    settings = {
         "ROLLOUT_BACKEND": BACKEND_NAME,
         "ROLLOUT_N": str(rollout_n),
         "TRAIN_BATCH_SIZE": str(len(PROBLEMS)),
@@ -74,13 +93,29 @@ def train_one_scripted_step(
         "MAX_PROMPT_LENGTH": "384",
         "MAX_RESPONSE_LENGTH": "384",
         "TEST_FREQ": "-1",  # no validation pass: the step is what is under test
+        **extra_env,
+    }
+    env = {
+        **os.environ,
+        "MODEL_PATH": str(model_dir),
+        "OUTPUT_DIR": str(work / "out"),
+        "JUDGE_URL": judge_url,
+        "TRAIN_FILES": str(work / "train.parquet"),
         "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         "VERL_USE_EXTERNAL_MODULES": "verl_cpu.plugin,cpu_scripted_backend",
         dump_env: str(work / "batch.pkl"),
-        **extra_env,
+        **{name: value for name, value in extra_env.items() if name not in SETTING_KEYS},
     }
     log_path = work / "run.log"
-    args = [str(ROOT / "recipe/cleaner/cpu_smoke.sh"), "trainer.val_before_train=False", *overrides]
+    args = [
+        str(ROOT / "recipe/cleaner/train_cpu.sh"),
+        "trainer.val_before_train=False",
+        # max_prompt_length + max_response_length, and 4 x that for the reference's log-probs
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=768",
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=3072",
+        *setting_overrides(settings),
+        *overrides,
+    ]
     returncode = run_recipe(args, env, log_path)
     log = log_path.read_text(errors="replace")
     assert returncode == 0, log[-6000:]

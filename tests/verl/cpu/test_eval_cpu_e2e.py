@@ -52,18 +52,18 @@ def run(tmp_path_factory, tiny_model_dir, judge_url):
         "TEST_TIME_SAAR": "on",
         "OUTPUT_DIR": str(work / "out"),
         "JUDGE_URL": judge_url,
-        "ROLLOUT_BACKEND": BACKEND_NAME,
         "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         "VERL_USE_EXTERNAL_MODULES": f"{CPU_PLUGIN},cpu_scripted_backend",
-        # The trainer the GPU recipes run (verl's default): its dump keys each trajectory <prompt>_<session>_<index>.
         # TransferQueue's controller and storage unit hold a logical CPU each for the whole run.
-        "TRAINER_USE_V1": "True",
         "RAY_NUM_CPUS": "4",
         "OMP_NUM_THREADS": "2",
     }
     log_path = work / "run.log"
     args = [
         str(ROOT / "recipe/cleaner/eval/eval_aime_gpqa.sh"),
+        f"actor_rollout_ref.rollout.name={BACKEND_NAME}",
+        # The trainer the GPU recipes run (verl's default): its dump keys each trajectory <prompt>_<session>_<index>.
+        "trainer.use_v1=True",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
     returncode = run_recipe(args, env, log_path)
