@@ -72,10 +72,10 @@ format: setup
 clean:
 	rm -rf $(VENV)
 
-# verl's own trainer on CPU (docs/train-cpu.md): recipe/cleaner/train_cpu.sh (config/train_cpu.yaml: GRPO with SAAR
-# on the bundled problems, a judge of its own), the demo's Qwen2.5-Coder-0.5B converted to a transformers model
-# (cached), 2 steps + validation + a checkpoint, then a resume from that checkpoint for a 3rd step. Everything goes
-# to train-cpu-output/ (metrics.jsonl, wandb/ offline); all it starts is stopped.
+# verl's own trainer on CPU (docs/train-cpu.md): recipe/cleaner/train_cpu.sh (config/train_cpu.yaml: GRPO with SAAR,
+# a judge of its own) on the generated problems of dataset/train-cpu, the demo's Qwen2.5-Coder-0.5B converted to a
+# transformers model (cached), 2 steps + validation + a checkpoint, then a resume from that checkpoint for a 3rd
+# step. Everything goes to train-cpu-output/ (metrics.jsonl, wandb/ offline); all it starts is stopped.
 # LoRA rank 16 (docs/train-cpu.md: full fine-tuning of the 0.5B model needs about 20 GB). Without gradient
 # checkpointing the LoRA update skips a recomputed forward pass (about 15 s a step) for 5 GB more at its peak.
 # bf16 rollout weights and bf16 actor compute (float32 master weights, gradients reduced in float32); rollout
@@ -86,11 +86,15 @@ TRAIN_CPU_SETTINGS ?= actor_rollout_ref.model.lora_rank=16 actor_rollout_ref.act
 	actor_rollout_ref.model.enable_gradient_checkpointing=False actor_rollout_ref.rollout.calculate_log_probs=True \
 	$(TRAIN_CPU_PRECISION)
 TRAIN_CPU_RESUME := trainer.resume_mode=auto trainer.total_training_steps=3 trainer.save_freq=-1 trainer.test_freq=-1
+# What the 0.5B model learns from (docs/train-cpu.md, "What it learns from"): generated problems it solves
+# sometimes and only with the tool, and the python-block template that echoes the printed value.
+TRAIN_CPU_DATA ?= TRAIN_FILES=$(CURDIR)/dataset/train-cpu/train.parquet VAL_FILES=$(CURDIR)/dataset/train-cpu/val.parquet \
+	CHAT_TEMPLATE=$(CURDIR)/cleaner/resources/python_block_echo_chat_template.jinja
 .PHONY: train-cpu
 train-cpu: setup
 	@model="$$($(PY) -m cleaner.models convert)" && \
-	MODEL_PATH="$$model" recipe/cleaner/train_cpu.sh $(TRAIN_CPU_SETTINGS) $(TRAIN_CPU_ARGS) && \
-	MODEL_PATH="$$model" VERL_FILE_LOGGER_PATH=$(CURDIR)/train-cpu-output/metrics-resume.jsonl \
+	env $(TRAIN_CPU_DATA) MODEL_PATH="$$model" recipe/cleaner/train_cpu.sh $(TRAIN_CPU_SETTINGS) $(TRAIN_CPU_ARGS) && \
+	env $(TRAIN_CPU_DATA) MODEL_PATH="$$model" VERL_FILE_LOGGER_PATH=$(CURDIR)/train-cpu-output/metrics-resume.jsonl \
 		recipe/cleaner/train_cpu.sh $(TRAIN_CPU_SETTINGS) $(TRAIN_CPU_RESUME) $(TRAIN_CPU_ARGS)
 
 # The evaluation scripts on CPU (docs/evaluation.md), recipe/cleaner/eval/eval_cpu.sh: eval_aime_gpqa.sh and

@@ -13,6 +13,8 @@ from pathlib import Path
 AGENT_LOOP_CONFIG = "agent_loop.yaml"
 TOOL_CONFIG = "python_tool.yaml"
 PYTHON_BLOCK_CHAT_TEMPLATE = "python_block_chat_template.jinja"
+# make train-cpu: the python-block protocol with the printed value echoed in the line after a successful run
+PYTHON_BLOCK_ECHO_CHAT_TEMPLATE = "python_block_echo_chat_template.jinja"
 DEMO_PROBLEMS = "demo_problems.jsonl"
 
 _extracted = ExitStack()

@@ -27,5 +27,14 @@ if [[ -z "${TRAIN_FILES:-}" ]]; then
     read -r TRAIN_FILES VAL_FILES < <("$PYTHON" -m cleaner.data.demo_train_files "$OUTPUT_DIR/data")
 fi
 export TRAIN_FILES VAL_FILES="${VAL_FILES:-$TRAIN_FILES}"
+# CHAT_TEMPLATE: a Jinja file replacing the model's chat template (verl's custom_chat_template takes its text);
+# make train-cpu sets the python-block template that echoes the printed value. Every newline of such a template
+# is whitespace its tags trim, so the text on one line renders the same and passes as one quoted Hydra value.
+template=()
+if [[ -n "${CHAT_TEMPLATE:-}" ]]; then
+    template_text="$(<"$CHAT_TEMPLATE")"
+    template=("actor_rollout_ref.model.custom_chat_template='${template_text//$'\n'/ }'")
+fi
 
-cpu_run "$PYTHON" -m verl.trainer.main_ppo --config-dir "$CLEANER_CONFIG_DIR" --config-name train_cpu "$@"
+cpu_run "$PYTHON" -m verl.trainer.main_ppo --config-dir "$CLEANER_CONFIG_DIR" --config-name train_cpu \
+    "${template[@]}" "$@"
