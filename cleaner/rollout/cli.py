@@ -158,7 +158,7 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
     from cleaner.trajectory.store import read_records
     from cleaner.trajectory.summary import render_table, summarize
 
-    from .offpolicy import event_log_is, span_table
+    from .offpolicy import event_log_is, gate_table, record_splices, span_table
 
     console = Console()
     wanted = {problem.problem_id for problem in problems}
@@ -169,6 +169,7 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
     if scored:  # --score-rollbacks: the log IS ratio of each splice, by kind
         console.print(Markdown("Per rollback, log IS = Σ over its spliced tokens of log π(purified) − log π(sampled):"))
         console.print(Markdown(span_table(scored)))
+        console.print(Markdown(gate_table(record_splices(records))))
     for saar, wall in sorted(result.wall_s_per_mode.items()):
         console.print(f"SAAR {'on' if saar else 'off'}: {wall:.1f} s wall for this run's trajectories")
     console.print(f"{result.written} written, {result.skipped} already done (resumed), {len(result.failed)} failed")

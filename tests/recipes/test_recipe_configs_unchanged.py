@@ -59,7 +59,16 @@ TRAIN_CPU_DIFFERENCES = {
     # Inherited from qwen3_4b_cleaner.yaml; before, the key was unset and SaarConfig's default is the same 1.0.
     "actor_rollout_ref.rollout.multi_turn.rollback_probability": ("<absent>", 1.0),
 }
-NAMED_DIFFERENCES = {"train_cpu": TRAIN_CPU_DIFFERENCES, "train_cpu_make": TRAIN_CPU_DIFFERENCES}
+# The gate recipe states the reference's statistic and scores with the rollout's own log-probs (docs/recipes.md).
+IS_GATE_DIFFERENCES = {
+    "actor_rollout_ref.rollout.calculate_log_probs": (False, "<absent>"),  # true: verl's stock value
+    "actor_rollout_ref.rollout.multi_turn.rollback_is_statistic": ("<absent>", "token_mean"),
+}
+NAMED_DIFFERENCES = {
+    "train_cpu": TRAIN_CPU_DIFFERENCES,
+    "train_cpu_make": TRAIN_CPU_DIFFERENCES,
+    "qwen3_4b_cleaner_is_gate": IS_GATE_DIFFERENCES,
+}
 
 
 def evaluation(benchmarks, data, out, name, n, saar, extra=(), cpu=False):

@@ -280,14 +280,14 @@ def test_cleaner_7b(dry_runs):
     assert config["data"]["train_files"][0].endswith("filtered_sr.parquet")
 
 
-def test_is_gate_recipe_sets_the_threshold_and_keeps_cleaners_log_prob_handling(dry_runs):
+def test_is_gate_recipe_gates_like_the_reference_with_one_scoring_request_per_splice(dry_runs):
     config = composed(dry_runs["qwen3_4b_cleaner_is_gate"])
     rollout = config["actor_rollout_ref"]["rollout"]
-    assert (rollout["multi_turn"]["rollback_is_threshold"], rollout["multi_turn"]["enable_tool_rollback"]) == (
-        0.5,
-        True,
-    )
-    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (False, None)
+    saar = SaarConfig.from_multi_turn(rollout["multi_turn"])
+    assert (saar.rollback_is_threshold, saar.rollback_is_statistic, saar.enable_tool_rollback) == (0.5, "token_mean", True)
+    # rollout log-probs on at temperature 1: the behaviour side needs no second prefill; no rollout IS
+    assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (True, None)
+    assert (rollout["temperature"], rollout["top_p"], rollout["top_k"]) == (1.0, 1.0, -1)
     assert config["trainer"]["experiment_name"] == "Qwen3-4B-CLEANER-IS-gate"
 
 
