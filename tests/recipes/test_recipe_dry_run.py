@@ -284,7 +284,11 @@ def test_is_gate_recipe_gates_like_the_reference_with_one_scoring_request_per_sp
     config = composed(dry_runs["qwen3_4b_cleaner_is_gate"])
     rollout = config["actor_rollout_ref"]["rollout"]
     saar = SaarConfig.from_multi_turn(rollout["multi_turn"])
-    assert (saar.rollback_is_threshold, saar.rollback_is_statistic, saar.enable_tool_rollback) == (0.5, "token_mean", True)
+    assert (saar.rollback_is_threshold, saar.rollback_is_statistic, saar.enable_tool_rollback) == (
+        0.5,
+        "token_mean",
+        True,
+    )
     # rollout log-probs on at temperature 1: the behaviour side needs no second prefill; no rollout IS
     assert (rollout["calculate_log_probs"], config["algorithm"]["rollout_correction"]["rollout_is"]) == (True, None)
     assert (rollout["temperature"], rollout["top_p"], rollout["top_k"]) == (1.0, 1.0, -1)
