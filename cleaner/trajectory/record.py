@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cleaner.purify.turns import EXTRA_FIELD_KEYS as TURN_FIELD_KEYS
 from cleaner.saar.stats import EXTRA_FIELD_KEYS, PREFIX
 
 # 2: spliced spans are [start, end, attempt, kind] and rollback events carry log_is_ratio / is_tokens / is_decision.
-RECORD_VERSION = 2
+# 3: `purify_turns` (one entry per kept assistant turn, cleaner.purify.turns.Turn) and `purify_generated_tokens`.
+RECORD_VERSION = 3
 
 
 def trajectory_key(problem_id: str, sample: int, saar: bool) -> str:
@@ -88,7 +90,7 @@ def build_record(
     if len(mask) != len(response_ids):
         raise ValueError(f"response_mask has {len(mask)} entries for {len(response_ids)} response tokens")
     extra = output.extra_fields or {}
-    missing = [key for key in EXTRA_FIELD_KEYS if key not in extra]
+    missing = [key for key in (*EXTRA_FIELD_KEYS, *TURN_FIELD_KEYS) if key not in extra]
     if missing:
         raise ValueError(f"agent loop output lacks SAAR stats {missing}: is agent_name a CLEANER loop?")
     pieces = response_pieces(response_ids, mask, extra[PREFIX + "spliced_spans"], tokenizer)
@@ -121,6 +123,7 @@ def build_record(
     # Flat, like verl's validation dump: every saar_* field and the reward keys (score, acc, pred, ...).
     # The reward may echo the scalar saar_* statistics it was given; they must agree with the loop's.
     record.update({key: extra[key] for key in EXTRA_FIELD_KEYS})
+    record.update({key: extra[key] for key in TURN_FIELD_KEYS})  # the purification modes and the audit read them
     clashes = sorted(key for key in set(reward) & set(record) if reward[key] != record[key])
     if clashes:
         raise ValueError(f"reward keys {clashes} clash with trajectory record fields")

@@ -51,6 +51,7 @@ from cleaner.saar.stats import SplicedSpan, TrajectoryStats
 # while that one is still half-initialized; its names are looked up when a trajectory runs, by then complete.
 from cleaner.verl import bad_call_parser, tool_execution
 from cleaner.verl.tool_dpo import negative_outputs
+from cleaner.verl.turn_recorder import TurnRecorder
 from cleaner.verl.validation_flag import VALIDATING
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             else:
                 self.find_call_start = boundary_finder(self.tokenizer, markers_for_format(self.tool_parser_name)).find
         self.stats = TrajectoryStats()
+        self.turn_recorder = TurnRecorder()  # per-turn record for the purification modes and audit
         self.policy = RollbackPolicy(self.saar_config, active=False, stats=self.stats)
         self._last_turn: TurnRecord | None = None
         self._agent_data: AgentData | None = None
@@ -260,6 +262,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     ) -> AgentState:
         if not self.policy.active:
             state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
+            self.turn_recorder.on_generation(len(agent_data.response_ids))
             self._count_dropped_calls()
             return state
         before = _stream_position(agent_data)
@@ -268,6 +271,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         # check is skipped for resamples, as in the reference, so every resample is parsed and its calls run.
         state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination or resampling)
         ids = list(agent_data.response_ids)
+        self.turn_recorder.on_generation(len(ids))
         logprobs = agent_data.response_logprobs[len(agent_data.response_logprobs) - len(ids) :] or None
         self._last_turn = TurnRecord(before, ids, logprobs)
         if not resampling:
@@ -295,6 +299,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
                 ToolOutcome.model_error(ErrorCategory.BAD_CALL, detail="unparsable call") for _ in parser.dropped
             ]
             self.policy.count_round(outcomes, first_attempt=True)
+            self.turn_recorder.on_call(self._agent_data.messages, outcomes)
             parser.dropped = []
 
     # ---- tools ------------------------------------------------------------------------------------
@@ -398,11 +403,12 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             (response, reward, metrics), crashed = await tool_execution.observe_crashes(
                 super()._call_tool(tool_call, tools_kwargs, agent_data)
             )
-            self.policy.count_round(
-                [tool_execution.stock_outcome(tool_call, active_tools, metrics, crashed)], first_attempt=True
-            )
+            outcome = tool_execution.stock_outcome(tool_call, active_tools, metrics, crashed)
+            self.policy.count_round([outcome], first_attempt=True)
+            self.turn_recorder.on_call(agent_data.messages, [outcome])
             return response, reward, metrics
         result = await tool_execution.execute_call(tool_call, active_tools, tools_kwargs, agent_data)
+        self.turn_recorder.on_call(agent_data.messages, [result.outcome])
         response = result.response
         if response.text:
             text = tool_execution.truncate_text(
@@ -585,6 +591,17 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         ]
         stats.spliced_spans = spans
         stats.spliced_tokens = sum(sum(output.response_mask[span.start : span.end]) for span in spans)
+        finder = self.find_call_start or getattr(self.tool_parser, "find_call_start", None)
+        if finder is None and self._markers is not None:
+            finder = boundary_finder(self.tokenizer, self._markers).find
+        turns = self.turn_recorder.turns(
+            self._agent_data.messages if self._agent_data is not None else [],
+            output.response_ids,
+            output.response_mask,  # before an infrastructure drop zeroes it
+            lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+            finder,
+        )
+        output.extra_fields.update(self.turn_recorder.extra_fields(turns))
         if self.saar_config.drop_infra_error_trajectories and stats.infra_errors > 0:
             # verl's trainers use the response mask as the loss mask: all zero, the trajectory adds no gradient.
             output.response_mask = [0] * len(output.response_mask)

@@ -20,6 +20,7 @@ FLOORS: dict[str, int] = {
     "source_kinds": 0,
     "resources": 0,
     "saar": 1,
+    "purify": 1,
     "trajectory": 2,
     "tools": 3,
     "rewards": 3,

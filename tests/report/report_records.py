@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, Turn
 from cleaner.rollout.problems import Problem
 from cleaner.saar.outcome import ErrorCategory
 from cleaner.saar.stats import RollbackEvent, SplicedSpan, TrajectoryStats
@@ -55,7 +56,14 @@ def make_record(
         response_logprobs=[-0.1 if m else 0.0 for m in mask],
         num_turns=4,
         metrics={},
-        extra_fields=stats.to_extra_fields(),
+        extra_fields={
+            **stats.to_extra_fields(),
+            TURNS_KEY: [
+                Turn(0, len(turn1), 0, len(turn1), call=True, answer=False, failed=False).to_dict(),
+                Turn(len(mask) - len(turn2), len(mask), None, None, call=False, answer=True, failed=False).to_dict(),
+            ],
+            GENERATED_TOKENS_KEY: len(turn1) * (2 if rollback else 1) + len(turn2),
+        },
     )
     problem = Problem(problem_id=problem_id, data_source="math_dapo", prompt=[], ground_truth="24133")
     reward = {"score": 1.0, "acc": 1.0, "pred": "24133"}
