@@ -35,6 +35,7 @@ def load_demo():
     """`scripts/demo.py` as a module: its services, pass runner and settings are the ones this benchmark uses."""
     spec = importlib.util.spec_from_file_location("cleaner_demo", ROOT / "scripts" / "demo.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
     spec.loader.exec_module(module)
     return module
 

@@ -151,7 +151,7 @@ class PurificationTable:
     roc_kept: int  # rollouts RoC keeps per group
     generated_per_prompt: dict[bool, float]  # SAAR on/off: mean generated tokens per prompt (the budget)
     resamples: int
-    skipped: list[str]  # modes left out, with the reason
+    skipped: list[str]  # what was left out (modes, prompts with incomplete groups) and why
 
 
 def _groups(records: Sequence[Record], saar: bool) -> dict[str, list[Record]]:
@@ -185,12 +185,18 @@ def purification_table(
     present = [saar for saar in (True, False) if by_mode[saar]]
     if not present:
         raise PurificationTableError("no records")
-    prompts = sorted(set.intersection(*(set(by_mode[saar]) for saar in present)))
-    if not prompts:
+    sampled = sorted(set.intersection(*(set(by_mode[saar]) for saar in present)))
+    if not sampled:
         raise PurificationTableError("no prompt was sampled with SAAR both on and off")
-    group_size = max(len(by_mode[saar][p]) for saar in present for p in prompts)
+    # A prompt with fewer samples than the others (an interrupted rollout) would be a smaller GRPO group.
+    group_size = max(len(by_mode[saar][p]) for saar in present for p in sampled)
+    prompts = [p for p in sampled if all(len(by_mode[saar][p]) == group_size for saar in present)]
+    incomplete = len(set().union(*(by_mode[saar] for saar in present))) - len(prompts)
+    if not prompts:
+        raise PurificationTableError(f"no prompt has {group_size} samples in every SAAR mode")
     plan = resample_plan(len(prompts), resamples, seed)
-    rows, skipped = [], []
+    rows = []
+    skipped = [f"{incomplete} prompt(s) without {group_size} samples in every SAAR mode"] if incomplete else []
     for mode in MODES:
         saar = mode is Purification.SAAR
         if saar not in present:

@@ -1,0 +1,54 @@
+"""Scripted rollout records for the purification table: only the fields the table reads, with hand-checked
+turns. Every trajectory: turn 0 = tokens 0..3 (a call, code 2..3), tool output 4..5 (mask 0), turn 1 = 6..9."""
+
+from __future__ import annotations
+
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, Turn
+
+MASK = [1, 1, 1, 1, 0, 0, 1, 1, 1, 1]  # 8 trained tokens
+GENERATED = 10
+
+
+def record(problem: str, sample: int, *, saar: bool, correct: bool, failed: bool = False, void: bool = False,
+           spliced: bool = False) -> dict:  # fmt: skip
+    """One trajectory: a call (failed if `failed`), then a final answer (or, if `void`, neither call nor answer)."""
+    turns = [
+        Turn(0, 4, 2, 4, call=True, answer=False, failed=failed),
+        Turn(6, 10, None, None, call=False, answer=not void, failed=False),
+    ]
+    return {
+        "key": f"{problem}#{sample}#{'saar' if saar else 'nosaar'}",
+        "problem_id": problem,
+        "sample": sample,
+        "saar": saar,
+        "score": 1.0 if correct else -1.0,
+        "acc": 1.0 if correct else 0.0,
+        "response_mask": list(MASK),
+        "saar_spliced_spans": [[0, 4, 1, "shallow"]] if spliced else [],
+        TURNS_KEY: [turn.to_dict() for turn in turns],
+        GENERATED_TOKENS_KEY: GENERATED + (4 if spliced else 0),
+    }
+
+
+def off_group(problem: str) -> list[dict]:
+    """SAAR off: a correct one that kept a failed call, a clean correct one, a wrong one, a wrong void one."""
+    return [
+        record(problem, 0, saar=False, correct=True, failed=True),
+        record(problem, 1, saar=False, correct=True),
+        record(problem, 2, saar=False, correct=False),
+        record(problem, 3, saar=False, correct=False, void=True),
+    ]
+
+
+def on_group(problem: str) -> list[dict]:
+    """SAAR on, same seeds: sample 0's failed call was rolled back (its turn 0 spliced from a resample)."""
+    return [
+        record(problem, 0, saar=True, correct=True, spliced=True),
+        record(problem, 1, saar=True, correct=True),
+        record(problem, 2, saar=True, correct=False),
+        record(problem, 3, saar=True, correct=False, void=True),
+    ]
+
+
+def paired_groups(problems: int) -> list[dict]:
+    return [r for index in range(problems) for r in (*off_group(f"p{index}"), *on_group(f"p{index}"))]
