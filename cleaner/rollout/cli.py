@@ -177,14 +177,10 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
 
 def print_purification(console, records: list[dict]) -> None:
     """Every purification mode on this run's groups (the table `cleaner report` and the benchmark show)."""
-    from rich.markdown import Markdown
-
-    from .purification_table import has_turns, purification_markdown, purification_table
+    from .purification_table import has_turns, purification_table, render_purification_table
 
     if records and all(has_turns(record) for record in records):
-        console.print(
-            Markdown("Purification modes on these groups:\n\n" + purification_markdown(purification_table(records)))
-        )
+        console.print(render_purification_table(purification_table(records)))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -228,12 +228,13 @@ def _format(value: float | None, percent: bool) -> str:
     return f"{value:.1%}" if percent else f"{value:.2f}"
 
 
-def format_estimate(value: Estimate, figure: Figure) -> str:
-    """`12.3 % [8.1 %, 17.0 %] (n = 1234)`: the point, the 95 % interval if any, the sample size."""
-    text = _format(value.value, figure.percent)
+def format_estimate(value: Estimate, figure: Figure, separator: str = " ") -> str:
+    """`12.3% [8.1%, 17.0%] (n = 1234)`: the point, the 95 % interval if any, the sample size."""
+    parts = [_format(value.value, figure.percent)]
     if value.low is not None and value.high is not None:
-        text += f" [{_format(value.low, figure.percent)}, {_format(value.high, figure.percent)}]"
-    return f"{text} (n = {value.size:.0f})"
+        parts.append(f"[{_format(value.low, figure.percent)}, {_format(value.high, figure.percent)}]")
+    parts.append(f"(n = {value.size:.0f})")
+    return separator.join(parts)
 
 
 def table_notes(table: PurificationTable) -> list[str]:
@@ -268,3 +269,20 @@ def purification_markdown(table: PurificationTable) -> str:
         cells = [format_estimate(row.estimates[figure.name], figure) for figure in FIGURES]
         lines.append(f"| `{row.mode.value}` | {row.trajectories} | " + " | ".join(cells) + " |")
     return "\n".join(lines + [""] + [f"- {note}" for note in table_notes(table)])
+
+
+def render_purification_table(table: PurificationTable, title: str = "purification modes on the same groups"):
+    """The table for a terminal: one column per mode, each cell the value, its interval and n on three lines."""
+    from rich.table import Table
+
+    terminal = Table(title=title, show_lines=True)
+    terminal.add_column("figure")
+    for row in table.rows:
+        terminal.add_column(row.mode.value, justify="right")
+    terminal.add_row("trajectories", *(str(row.trajectories) for row in table.rows))
+    for figure in FIGURES:
+        terminal.add_row(
+            figure.label, *(format_estimate(row.estimates[figure.name], figure, "\n") for row in table.rows)
+        )
+    terminal.caption = "\n".join(note.replace("`", "") for note in table_notes(table))
+    return terminal
