@@ -11,6 +11,10 @@ print too), each figure with its sample size and a 95 % bootstrap interval over 
     python benchmarks/purification.py                                  # roll out (n = 4) and print the table
     python benchmarks/purification.py --from purification-output      # only recompute the table from the cache
     python benchmarks/purification.py -- --problem-ids math-06,math-07 # arguments after -- go to scripts/demo.py
+    python benchmarks/purification.py --time-budget 90                 # stop rolling out after 90 min
+
+Problems run in order, all n samples of one before the next, so a time budget keeps a prefix of the problem
+list: a subset fixed before any result. Prompts whose groups are incomplete in either mode are left out.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import importlib.util
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from datetime import datetime, timezone
@@ -29,6 +34,21 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS_FILE = "runs.jsonl"  # one line per rollout invocation into the cache: command, wall time, load
 
 logger = logging.getLogger("purification")
+
+
+class BudgetReached(Exception):
+    """--time-budget ran out: the passes are stopped, the groups already complete are kept."""
+
+
+def start_budget(minutes: float | None) -> None:
+    if minutes is None:
+        return
+
+    def stop(signum, _frame):
+        raise BudgetReached(f"--time-budget of {minutes:g} min reached")
+
+    signal.signal(signal.SIGALRM, stop)
+    signal.alarm(max(1, round(minutes * 60)))
 
 
 def load_demo():
@@ -50,22 +70,26 @@ def roll_out(out_dir: Path, samples: int, demo_args: list[str]) -> dict:
     model = demo.resolve_model(args)
     problems, count = demo.select_problems(args, layout)
     load_before, started = os.getloadavg(), time.perf_counter()
-    with demo.sigterm_as_interrupt(), demo.running_services(args, model, layout) as services:
-        argvs = {saar: demo.rollout_argv(args, problems, model, services, layout, saar) for saar in demo.MODES}
-        results = demo.run_passes(argvs, services, layout, count * args.n_samples)
-    run = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "demo_args": argv,
-        "wall_s": time.perf_counter() - started,
-        "load_before": load_before,
-        "load_after": os.getloadavg(),
-        "passes": [
-            {"saar": r.saar, "exit_code": r.exit_code, "wall_s": r.wall_s, "model_cpu_s": r.model_cpu_s}
-            for r in results
-        ],
-    }
-    with open(out_dir / RUNS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(run) + "\n")
+    results = []
+    try:
+        with demo.sigterm_as_interrupt(), demo.running_services(args, model, layout) as services:
+            argvs = {saar: demo.rollout_argv(args, problems, model, services, layout, saar) for saar in demo.MODES}
+            results = demo.run_passes(argvs, services, layout, count * args.n_samples)
+    finally:  # an interrupted run (Ctrl-C, SIGTERM at a time budget) keeps what it wrote, and says so
+        run = {
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "demo_args": argv,
+            "wall_s": time.perf_counter() - started,
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+            "interrupted": not results,
+            "passes": [
+                {"saar": r.saar, "exit_code": r.exit_code, "wall_s": r.wall_s, "model_cpu_s": r.model_cpu_s}
+                for r in results
+            ],
+        }
+        with open(out_dir / RUNS_FILE, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(run) + "\n")
     for result in results:
         if result.exit_code != 0:
             logger.error("SAAR-%s pass exited with %d: see %s", demo.mode_name(result.saar), result.exit_code,
@@ -96,6 +120,8 @@ def describe_runs(runs: list[dict]) -> str:
             f" (exit {p['exit_code']})"
             for p in run["passes"]
         )
+        if run.get("interrupted"):
+            passes = "interrupted"
         lines.append(
             f"- {run['date']}: `scripts/demo.py {' '.join(run['demo_args'])}`: {run['wall_s']:.0f} s ({passes}); "
             "load average before {:.1f}/{:.1f}/{:.1f}, after {:.1f}/{:.1f}/{:.1f}".format(
@@ -112,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--n-samples", type=int, default=4, help="samples per problem and SAAR mode")
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap draws over prompts")
     parser.add_argument("--bootstrap-seed", type=int, default=0)
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        help="minutes: then stop rolling out and compute the table over the prompts whose groups are complete "
+        "(problems run in the given order, so the subset is fixed before any result)",
+    )
     parser.add_argument("demo_args", nargs="*", help="arguments for scripts/demo.py (after --)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -121,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.n_samples < 4:
             raise SystemExit("-n: the comparison needs at least 4 samples per prompt (RoC keeps half of a group)")
         out_dir = args.out_dir
-        roll_out(out_dir, args.n_samples, args.demo_args)
+        start_budget(args.time_budget)
+        try:
+            roll_out(out_dir, args.n_samples, args.demo_args)
+        except BudgetReached as reached:
+            logger.warning("%s: the table covers the prompts whose groups are complete", reached)
+        signal.alarm(0)
     from cleaner.rollout.purification_table import purification_markdown, purification_table
 
     records, runs = read_cache(out_dir)
