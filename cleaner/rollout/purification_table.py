@@ -8,9 +8,9 @@ trajectories that still train (`cleaner.purify.audit.grpo_advantages`) and the a
 (`cleaner.purify.audit.audit_counts`) are the trainer's own definitions; this module only sums them per prompt
 and puts a 95 % bootstrap interval over prompts on each ratio (`cleaner.rollout.bootstrap`).
 
-RoC keeps `len(group) // roc_oversampling` rollouts of each group (rStar2-Agent's 2, so 2 of 4): its
-"generated tokens per trained token" carries the rollouts it cut, and its kept groups are half the size of the
-others'. Pure: records in, numbers out.
+RoC keeps `len(group) // roc_oversampling` rollouts of each group (rStar2-Agent's 2, so 2 of 4, `TABLE_ROC`):
+its "generated tokens per trained token" carries the rollouts it cut, and its kept groups are half the size of
+the others'. Pure: records in, numbers out.
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ from cleaner.trajectory.summary import is_correct
 from .bootstrap import DEFAULT_RESAMPLES, Estimate, Tally, estimate, resample_plan
 
 Record = Mapping[str, Any]
+
+# RoC as rStar2-Agent's training script runs it: 2x oversampling, and a floor on each side of the kept group (its
+# script keeps at least 2 correct and 2 incorrect of 16; here at least 1 of each). Without the floor a group of 4
+# with one correct rollout keeps round(1 x 2 / 4) = 0 correct ones and trains on nothing but failures.
+TABLE_ROC = PurificationConfig(
+    purification=Purification.ROC, roc_oversampling=2, roc_min_correct=1, roc_min_incorrect=1
+)
 
 # Table order: the baseline, CLEANER, then the alternatives.
 MODES: tuple[Purification, ...] = (
@@ -175,7 +182,7 @@ def purification_table(
 
     Only prompts sampled in both modes count when both are there, so every row covers the same prompts.
     """
-    roc = roc or PurificationConfig(purification=Purification.ROC)
+    roc = roc or TABLE_ROC
     missing = [str(record.get("key")) for record in records if not has_turns(record)]
     if missing:
         raise PurificationTableError(
@@ -255,8 +262,9 @@ def table_notes(table: PurificationTable) -> list[str]:
         )
         notes.append(
             f"Budget: every mode samples the same {table.group_size} rollouts per prompt; RoC trains "
-            f"{table.roc_kept} of them (rStar2-Agent's oversampling 2), so its groups are half the size and what it "
-            f"cut counts in its generated tokens per trained token. Generated tokens per prompt: {budget}."
+            f"{table.roc_kept} of them (rStar2-Agent's oversampling 2, at least one correct and one incorrect when "
+            "the group has them), so its groups are half the size and what it cut counts in its generated tokens per "
+            f"trained token. Generated tokens per prompt: {budget}."
         )
     notes += [f"Not shown: {reason}." for reason in table.skipped]
     return notes

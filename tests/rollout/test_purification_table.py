@@ -120,3 +120,14 @@ def test_bootstrap_ratio_of_sums():
     assert estimate([Tally(0, 0)] * 4, plan).value is None  # nothing to divide by: not applicable
     with pytest.raises(ValueError, match="does not draw 5 prompts"):
         estimate([Tally(1, 1)] * 5, plan)
+
+
+def test_roc_keeps_a_lone_correct_rollout():
+    # 1 correct of 4: rStar2-Agent's share rule alone keeps round(1 x 2 / 4) = 0 correct; the floor keeps it.
+    records = []
+    for index in range(4):
+        problem = f"p{index}"
+        records += [record(problem, s, saar=False, correct=s == 0) for s in range(4)]
+    [roc] = [row for row in purification_table(records, resamples=50).rows if row.mode is Purification.ROC]
+    assert roc.estimates["kept_accuracy"].value == pytest.approx(1 / 2)
+    assert roc.estimates["dropped_trajectory_share"].value == pytest.approx(1 / 2)
