@@ -159,12 +159,18 @@ def main(argv: list[str] | None = None) -> int:
         except BudgetReached as reached:
             logger.warning("%s: the table covers the prompts whose groups are complete", reached)
         signal.alarm(0)
+    from cleaner.rollout.paired import pair_up, paired_differences
+    from cleaner.rollout.paired_markdown import paired_markdown
     from cleaner.rollout.purification_table import purification_markdown, purification_table
 
     records, runs = read_cache(out_dir)
     table = purification_table(records, resamples=args.resamples, seed=args.bootstrap_seed)
     print(f"\n{out_dir}: {len(records)} trajectories\n")
     print(purification_markdown(table))
+    pairs = pair_up(records)
+    if pairs:
+        print("\nSAAR on vs off, paired (as `make demo` prints it):\n")
+        print(paired_markdown(pairs, paired_differences(pairs)))
     if runs:
         print("\nRollouts:\n" + describe_runs(runs))
     return 0

@@ -1,9 +1,10 @@
-"""Scripted rollout records for the purification table: only the fields the table reads, with hand-checked
-turns. Every trajectory: turn 0 = tokens 0..3 (a call, code 2..3), tool output 4..5 (mask 0), turn 1 = 6..9."""
+"""Scripted rollout records for the purification table and the paired comparison: only the fields they read,
+with hand-checked turns. Every trajectory: turn 0 = tokens 0..3 (a call, code 2..3), tool output 4..5 (mask 0), turn 1 = 6..9."""
 
 from __future__ import annotations
 
 from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, Turn
+from cleaner.saar.stats import FAIL_COUNTER_NAMES, PREFIX
 
 MASK = [1, 1, 1, 1, 0, 0, 1, 1, 1, 1]  # 8 trained tokens
 GENERATED = 10
@@ -16,7 +17,15 @@ def record(problem: str, sample: int, *, saar: bool, correct: bool, failed: bool
         Turn(0, 4, 2, 4, call=True, answer=False, failed=failed),
         Turn(6, 10, None, None, call=False, answer=not void, failed=False),
     ]
+    counters = {PREFIX + name: 0 for name in FAIL_COUNTER_NAMES}
+    counters[PREFIX + "fail_exception"] = int(failed or spliced)  # a rolled-back call failed too
+    generated = GENERATED + (4 if spliced else 0)
     return {
+        **counters,
+        PREFIX + "purified_errors": int(spliced),
+        PREFIX + "response_tokens": sum(MASK),
+        "timing": {"generated_tokens": generated, "latency_s": 1.0},
+        "response_ids": list(range(len(MASK))),
         "key": f"{problem}#{sample}#{'saar' if saar else 'nosaar'}",
         "problem_id": problem,
         "sample": sample,
@@ -26,7 +35,7 @@ def record(problem: str, sample: int, *, saar: bool, correct: bool, failed: bool
         "response_mask": list(MASK),
         "saar_spliced_spans": [[0, 4, 1, "shallow"]] if spliced else [],
         TURNS_KEY: [turn.to_dict() for turn in turns],
-        GENERATED_TOKENS_KEY: GENERATED + (4 if spliced else 0),
+        GENERATED_TOKENS_KEY: generated,
     }
 
 

@@ -66,3 +66,5 @@ def test_benchmark_recomputes_the_table_from_its_cache(tmp_path, capsys):
         "roc",
     ]
     assert "SAAR on 9 s wall / 5 s llama.cpp CPU (exit 0)" in out
+    # The paired comparison: SAAR removed the kept failed call of sample 0 (16 pairs: 4 at −1, 12 at 0; t(15) = 2.13).
+    assert "| tool errors kept / trajectory | 0.00 | 0.25 | -0.25 [-0.49, -0.01] |" in out
