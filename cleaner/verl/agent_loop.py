@@ -21,6 +21,7 @@ statistics are collected.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import math
@@ -36,6 +37,7 @@ from verl.tools.schemas import ToolResponse
 from verl.utils.profiler import simple_timer
 
 from cleaner.names import AGENT_NAME
+from cleaner.purify.config import saar_requested
 from cleaner.saar import offpolicy
 from cleaner.saar.boundary import MARKERS_BY_FORMAT, BoundaryFinder, CallMarkers, markers_for_format
 from cleaner.saar.config import SaarConfig, SaarConfigError
@@ -115,7 +117,10 @@ def saar_config_of(multi_turn: Any) -> SaarConfig:
     key = id(multi_turn)
     cached = _saar_configs.get(key)
     if cached is None or cached[0] is not multi_turn:
-        cached = _saar_configs[key] = (multi_turn, SaarConfig.from_multi_turn(multi_turn))
+        config = SaarConfig.from_multi_turn(multi_turn)
+        if saar_requested(multi_turn):  # multi_turn.purification=saar is enable_tool_rollback=true
+            config = dataclasses.replace(config, enable_tool_rollback=True)
+        cached = _saar_configs[key] = (multi_turn, config)
         if len(_saar_configs) > _CONFIG_CACHE_SIZE:
             _saar_configs.popitem(last=False)
     _saar_configs.move_to_end(key)

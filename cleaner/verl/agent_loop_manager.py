@@ -25,8 +25,9 @@ from omegaconf import DictConfig
 from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
+from cleaner.purify.turns import EXTRA_FIELD_KEYS as TURN_FIELD_KEYS
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
-from cleaner.verl import group_statistics, trainer_metrics
+from cleaner.verl import group_statistics, purification, trainer_metrics
 from cleaner.verl.config_checks import check_trainer_config
 from cleaner.verl.plugin import require_registered
 from cleaner.verl.tool_dpo import hooks as tool_dpo_hooks
@@ -48,7 +49,7 @@ class _TrajectoryContextMixin:
 
     async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any):
         for item in output if isinstance(output, list) else [output]:
-            for key in EXTRA_FIELD_KEYS:
+            for key in (*EXTRA_FIELD_KEYS, *TURN_FIELD_KEYS):
                 item.extra_fields.setdefault(key, None)
         return await super()._agent_loop_postprocess(output, validate, **kwargs)
 
@@ -90,6 +91,7 @@ class CleanerAgentLoopManager:
         check_trainer_config(config)  # settings that compose but would not train as asked (docs/recipes.md)
         require_registered()
         trainer_metrics.install()
+        purification.install(config)  # multi_turn.purification's trainer-side modes and the purify/* audit
         tool_dpo_hooks.install()  # hands the tool-DPO estimators old log-probs and pairs (docs/negative-samples.md)
         group_statistics.install()  # trajectories without trained tokens stay out of group mean/std (GRPO, ...)
         use_v1 = bool(config.trainer.get("use_v1", True))

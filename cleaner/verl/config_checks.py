@@ -20,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cleaner.data.agents import agent_name_counts
 from cleaner.names import AGENT_NAME
 from cleaner.saar.config import CONFIG_KEYS, SaarConfig, SaarConfigError
+from cleaner.verl.purification import purification_problems
 from cleaner.verl.tool_dpo.checks import tool_dpo_problems
 
 logger = logging.getLogger(__name__)
@@ -223,6 +224,7 @@ CONFIG_CHECKS: list[ConfigCheck] = [
     saar_settings,
     saar_log_prob_handling,
     tool_dpo_problems,  # negative samples and the tool-DPO estimators (docs/negative-samples.md)
+    purification_problems,  # multi_turn.purification and what each mode needs (docs/purification.md)
 ]
 
 

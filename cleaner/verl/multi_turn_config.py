@@ -14,6 +14,7 @@ from typing import Any
 
 from verl.workers.config.rollout import MultiTurnConfig
 
+from cleaner.purify.config import CONFIG_KEYS as PURIFICATION_KEYS
 from cleaner.saar.config import CONFIG_KEYS
 
 MODULE = "cleaner.verl.multi_turn_config"
@@ -21,7 +22,7 @@ MODULE = "cleaner.verl.multi_turn_config"
 # None means "SaarConfig's default": the agent loop validates and applies the values (cleaner.saar.config).
 SaarMultiTurnConfig = make_dataclass(
     "SaarMultiTurnConfig",
-    [(key, Any, field(default=None)) for key in CONFIG_KEYS],
+    [(key, Any, field(default=None)) for key in (*CONFIG_KEYS, *PURIFICATION_KEYS)],
     bases=(MultiTurnConfig,),
     namespace={"__module__": MODULE},
 )

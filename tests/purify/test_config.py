@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cleaner.purify.config import Purification, PurificationConfig, PurificationConfigError, saar_requested
@@ -45,7 +47,7 @@ def test_saar_with_rollback_is_the_same_thing():
 )
 def test_roc_refuses_groups_it_cannot_cut(values, n, message):
     config = PurificationConfig(purification=Purification.ROC, roc_oversampling=4, **values)
-    assert any(__import__("re").search(message, problem) for problem in config.roc_problems(n))
+    assert any(re.search(message, problem) for problem in config.roc_problems(n))
 
 
 def test_roc_accepts_n_as_a_multiple_of_the_ratio():
