@@ -3,10 +3,9 @@
 
 A prompt's samples are its GRPO group. `saar` reads the SAAR-on records (SAAR acts while sampling); every
 other mode reads the SAAR-off records of the same problems and seeds and applies its mask or filter to them.
-Per group, the mode's masks (`cleaner.purify.masks.purified_masks`), verl's GRPO outcome advantages over the
-trajectories that still train (`cleaner.purify.audit.grpo_advantages`) and the audit counts
-(`cleaner.purify.audit.audit_counts`) are the trainer's own definitions; this module only sums them per prompt
-and puts a 95 % bootstrap interval over prompts on each ratio (`cleaner.rollout.bootstrap`).
+Per group, `cleaner.purify.records.audit_records` applies the mode's masks, verl's GRPO outcome advantages over
+the trajectories that still train and the audit counts (the trainer's own definitions); this module only sums
+them per prompt and puts a 95 % bootstrap interval over prompts on each ratio (`cleaner.rollout.bootstrap`).
 
 RoC keeps `len(group) // roc_oversampling` rollouts of each group (rStar2-Agent's 2, so 2 of 4, `TABLE_ROC`):
 its "generated tokens per trained token" carries the rollouts it cut, and its kept groups are half the size of
@@ -19,11 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cleaner.purify.audit import AuditCounts, AuditRow, audit_counts, grpo_advantages
+from cleaner.purify.audit import AuditCounts
 from cleaner.purify.config import Purification, PurificationConfig
-from cleaner.purify.masks import Trajectory, purified_masks
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, turns_from_field
-from cleaner.saar.stats import PREFIX
+from cleaner.purify.records import audit_records
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY
 from cleaner.trajectory.summary import is_correct
 
 from .bootstrap import DEFAULT_RESAMPLES, Estimate, Tally, estimate, resample_plan
@@ -117,30 +115,9 @@ class PromptCounts:
 
 def group_counts(config: PurificationConfig, group: Sequence[Record]) -> PromptCounts:
     """Apply `config`'s mode to one prompt's records and audit the result as the trainer would."""
-    batch = [
-        Trajectory(
-            group=str(record["problem_id"]),
-            score=float(record["score"]),
-            turns=turns_from_field(record[TURNS_KEY]),
-            mask=list(record["response_mask"]),
-        )
-        for record in group
-    ]
-    masks = purified_masks(config, batch)
-    trained = [any(mask) for mask in masks]
-    advantages = grpo_advantages([item.score for item in batch], [item.group for item in batch], trained)
-    rows = [
-        AuditRow(
-            turns=item.turns,
-            mask=mask,
-            advantages=advantage,
-            generated_tokens=int(record[GENERATED_TOKENS_KEY]),
-            spliced_spans=record.get(PREFIX + "spliced_spans") or (),
-        )
-        for item, mask, advantage, record in zip(batch, masks, advantages, group, strict=True)
-    ]
-    kept_correct = sum(1 for keep, record in zip(trained, group, strict=True) if keep and is_correct(record))
-    return PromptCounts(audit_counts(rows), kept=sum(trained), kept_correct=kept_correct)
+    audit = audit_records(group, config, group_of=lambda record: str(record["problem_id"]))
+    kept_correct = sum(1 for keep, record in zip(audit.kept, group, strict=True) if keep and is_correct(record))
+    return PromptCounts(audit.counts, kept=sum(audit.kept), kept_correct=kept_correct)
 
 
 @dataclass(frozen=True)
