@@ -224,7 +224,7 @@ def format_estimate(value: Estimate, figure: Figure, separator: str = " ") -> st
 def table_notes(table: PurificationTable) -> list[str]:
     """What the reader needs to read the table: groups, intervals, RoC's budget."""
     notes = [
-        f"{table.rows[0].prompts if table.rows else 0} prompts, {table.group_size} samples per prompt and SAAR mode; "
+        f"{table.rows[0].prompts if table.rows else 0} prompt(s), {table.group_size} samples per prompt and SAAR mode; "
         "`saar` is the SAAR-on groups as sampled, every other mode the SAAR-off groups of the same problems and "
         "seeds with its rule applied. Advantages: GRPO over each group's trajectories that still train.",
         f"Intervals: 95 % percentile bootstrap over prompts ({table.resamples} draws, the same draws for every "

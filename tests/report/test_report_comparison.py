@@ -43,7 +43,7 @@ def test_paired_comparison_has_intervals(pairs):
     assert "Added latency per trajectory with SAAR: <b>" not in page, "the unpaired point value is replaced"
 
 
-def test_without_pairs_the_point_value_stays(pairs):
+def test_one_mode_alone_has_no_paired_section(pairs):
     page = render_report([r for r in pairs if r["saar"]], ["run.jsonl"])
     assert "SAAR on vs off, paired" not in page
 
