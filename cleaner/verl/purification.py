@@ -118,6 +118,8 @@ def audit_rows(extra: Sequence[dict | None], masks: Sequence[torch.Tensor], adva
         if fields.get(NEGATIVE_SAMPLE_KEY):
             continue
         mask_values = mask.tolist()
+        # A row of another agent loop (tool_agent, single_turn_agent) has no record: it never resamples, so its
+        # generated tokens are its model tokens.
         rows.append(
             AuditRow(
                 turns=turns_from_field(fields.get(TURNS_KEY)),
@@ -248,7 +250,7 @@ def _wrap_v1_compute_advantage(original: Callable) -> Callable:
         if _config is not None and _config.mode in TRAINER_MODES:
             apply_v1(_config, batch)
         result = original(self, batch, metrics, *args, **kwargs)
-        metrics.update(v1_audit(result))
+        metrics.update(v1_audit(batch))  # the same keys; `batch` carries the padding tags
         return result
 
     setattr(_compute_advantage, _MARK, True)

@@ -84,3 +84,36 @@ async def test_a_turn_without_call_or_answer_is_void(qwen3_tokenizer):
     turns = turns_from_field(output.extra_fields[TURNS_KEY])
     assert [t.void for t in turns] == [False, True]
     assert [t.failed for t in turns] == [True, False]
+
+
+async def test_a_failure_saar_tolerates_stays_a_failed_turn(qwen3_tokenizer):
+    """rollback_after_errors=2: the first failure stays in the open; the second is rolled back by the retry."""
+    second = turn("Trying again.", FAILED + "\n")
+    output, server = await run(
+        qwen3_tokenizer, [FIRST, second, RETRY, ANSWER], enable_tool_rollback=True, rollback_after_errors=2
+    )
+    turns = turns_from_field(output.extra_fields[TURNS_KEY])
+    assert [(t.call, t.answer, t.failed) for t in turns] == [
+        (True, False, True),
+        (True, False, False),
+        (False, True, False),
+    ]
+    assert text(qwen3_tokenizer, output, turns[0].start, turns[0].end) == FIRST + "<|im_end|>"
+    assert output.extra_fields[GENERATED_TOKENS_KEY] == generated(server)
+
+
+async def test_fenced_python_calls_get_their_code_range_from_the_parser_boundary(qwen3_tokenizer):
+    """SAAR off with the cleaner_lenient parser (```python fences, the CPU recipes' format)."""
+    import cleaner.verl.tool_parser  # noqa: F401  (registers the cleaner_lenient parser)
+
+    first = f"<think>\nI will sum with Python.\n</think>\n\nLet me run it.\n```python\n{FAILED}\n```"
+    retry = f"<think>\nTypo fixed.\n</think>\n\nAgain.\n```python\n{SIMILAR_FIX}\n```"
+    output, _ = await run(qwen3_tokenizer, [first, retry, ANSWER], format="cleaner_lenient")
+    turns = turns_from_field(output.extra_fields[TURNS_KEY])
+    assert [(t.call, t.answer, t.failed) for t in turns] == [
+        (True, False, True),
+        (True, False, False),
+        (False, True, False),
+    ]
+    code = text(qwen3_tokenizer, output, turns[0].code_start, turns[0].code_end)
+    assert code.startswith("```python") and FAILED in code and "Let me run it" not in code
