@@ -22,6 +22,7 @@ from cleaner.saar.offpolicy_summary import (
 from cleaner.saar.stats import PREFIX
 from cleaner.trajectory.summary import ModeSummary, added_latency, summarize, summary_rows
 
+from .comparison import paired_section, purification_section
 from .svg import BarChart, render_bar_chart
 
 STYLE = """
@@ -305,7 +306,9 @@ def render_report(records: list[dict[str, Any]], sources: list[str], max_traject
         )
         + "</table>"
     )
-    extra = added_latency(summaries)
+    # Paired records give the added latency with an interval; otherwise the ratio of the two modes' means.
+    paired = paired_section(records)
+    extra = None if paired else added_latency(summaries)
     latency_note = f"<p>Added latency per trajectory with SAAR: <b>{extra:+.1%}</b></p>" if extra is not None else ""
     plots = "".join(render_bar_chart(chart, f"chart-{index}") for index, chart in enumerate(charts(summaries)))
     # Trajectories with rollbacks first: they are what the report is for.
@@ -320,7 +323,7 @@ def render_report(records: list[dict[str, Any]], sources: list[str], max_traject
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>CLEANER rollout report</title>'
         f"<style>{STYLE}</style></head><body>"
         f"<h1>CLEANER rollout report</h1><p>{len(records)} trajectories from {_e(', '.join(sources))} · {generated}</p>"
-        f"<h2>Summary</h2>{table}{latency_note}"
+        f"<h2>Summary</h2>{table}{latency_note}{paired}{purification_section(records)}"
         f'<h2>Plots</h2><div class="charts">{plots}</div>'
         f"{offpolicy_section(records)}"
         f"<h2>Trajectories</h2>{note}{''.join(trajectory_html(r) for r in shown)}"

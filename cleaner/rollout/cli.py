@@ -165,6 +165,7 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
     records = [r for r in read_records(output) if r["problem_id"] in wanted and r["saar"] in settings.saar_modes]
     if records:
         console.print(render_table(summarize(records), title=f"rollout summary ({output})"))
+    print_purification(console, records)
     scored = event_log_is(records)
     if scored:  # --score-rollbacks: the log IS ratio of each splice, by kind
         console.print(Markdown("Per rollback, log IS = Σ over its spliced tokens of log π(purified) − log π(sampled):"))
@@ -173,6 +174,14 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
     for saar, wall in sorted(result.wall_s_per_mode.items()):
         console.print(f"SAAR {'on' if saar else 'off'}: {wall:.1f} s wall for this run's trajectories")
     console.print(f"{result.written} written, {result.skipped} already done (resumed), {len(result.failed)} failed")
+
+
+def print_purification(console, records: list[dict]) -> None:
+    """Every purification mode on this run's groups (the table `cleaner report` and the benchmark show)."""
+    from .purification_table import has_turns, purification_table, render_purification_table
+
+    if records and all(has_turns(record) for record in records):
+        console.print(render_purification_table(purification_table(records)))
 
 
 def run(args: argparse.Namespace) -> int:

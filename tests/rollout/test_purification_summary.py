@@ -1,0 +1,70 @@
+"""`cleaner rollout`'s summary and `benchmarks/purification.py --from` print the purification table."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+from purification_records import paired_groups
+
+from cleaner.rollout.cli import print_purification
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def printed(records: list[dict]) -> str:
+    from rich.console import Console
+
+    out = io.StringIO()
+    print_purification(Console(file=out, width=200), records)
+    return out.getvalue()
+
+
+def test_rollout_summary_prints_the_modes_of_its_groups():
+    text = printed([r for r in paired_groups(4) if not r["saar"]])
+    for mode in ("none", "error_turn_mask", "void_turn_filter", "error_trajectory_filter", "roc"):
+        assert mode in text
+    row = next(line for line in text.splitlines() if "reinforced-error" in line)
+    assert row.split("│")[2].strip() == "25.0%"  # the reinforced-error share of none, its interval and n below
+    assert "saar: no SAAR-on records" in text
+
+
+def test_rollout_summary_without_turns_prints_nothing():
+    records = [{k: v for k, v in r.items() if k != "purify_turns"} for r in paired_groups(4)]
+    assert printed(records) == ""
+
+
+def test_benchmark_recomputes_the_table_from_its_cache(tmp_path, capsys):
+    records = paired_groups(4)
+    for mode, saar in (("on", True), ("off", False)):
+        rows = [r for r in records if r["saar"] == saar]
+        (tmp_path / f"rollout-saar-{mode}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = {
+        "date": "2026-01-01T00:00:00+00:00",
+        "demo_args": ["-n", "4"],
+        "wall_s": 10.0,
+        "load_before": [1.0, 1.0, 1.0],
+        "load_after": [2.0, 2.0, 2.0],
+        "passes": [{"saar": True, "exit_code": 0, "wall_s": 9.0, "model_cpu_s": 5.0}],
+    }
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
+    spec = importlib.util.spec_from_file_location("purification_benchmark", ROOT / "benchmarks" / "purification.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    assert benchmark.main(["--from", str(tmp_path), "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "32 trajectories" in out
+    rows = [line for line in out.splitlines() if line.startswith("| `")]
+    assert [line.split("`")[1] for line in rows] == [
+        "none",
+        "saar",
+        "error_turn_mask",
+        "void_turn_filter",
+        "error_trajectory_filter",
+        "roc",
+    ]
+    assert "SAAR on 9 s wall / 5 s llama.cpp CPU (exit 0)" in out
+    # The paired comparison: SAAR removed the kept failed call of sample 0 (16 pairs: 4 at −1, 12 at 0; t(15) = 2.13).
+    assert "| tool errors kept / trajectory | 0.00 | 0.25 | -0.25 [-0.49, -0.01] |" in out
