@@ -54,6 +54,6 @@ def test_the_recipe_composes_with_negatives_and_dpo_on_the_v1_trainer(tmp_path):
 
 def test_a_bad_setting_stops_the_dry_run_naming_the_key(tmp_path):
     """One case end to end; every check is covered in test_tool_dpo_checks.py."""
-    result = dry_run(tmp_path, DPO_BETA="0")
+    result = dry_run(tmp_path, "algorithm.dpo_beta=0")
     assert result.returncode == 1
     assert "algorithm.dpo_beta must be a number > 0" in result.stderr
