@@ -13,6 +13,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cleaner.saar.offpolicy_summary import quantile
+
 # The 95 % percentile interval.
 LOW_QUANTILE, HIGH_QUANTILE = 0.025, 0.975
 DEFAULT_RESAMPLES = 2000
@@ -48,14 +50,6 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator > 0 else None
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    position = q * (len(sorted_values) - 1)
-    below = int(position)
-    above = min(below + 1, len(sorted_values) - 1)
-    return sorted_values[below] + (sorted_values[above] - sorted_values[below]) * (position - below)
-
-
 def resample_plan(prompts: int, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list[list[int]]:
     """The prompt indices of each bootstrap draw. One plan is shared by every figure and mode of a table, so
     their intervals come from the same draws (and a table is reproducible from its seed)."""
@@ -81,6 +75,5 @@ def estimate(tallies: Sequence[Tally], plan: Sequence[Sequence[int]]) -> Estimat
             if ratio is not None:
                 draws.append(ratio)
         if draws:
-            draws.sort()
-            low, high = _quantile(draws, LOW_QUANTILE), _quantile(draws, HIGH_QUANTILE)
+            low, high = quantile(draws, LOW_QUANTILE), quantile(draws, HIGH_QUANTILE)
     return Estimate(value, low, high, denominator, len(tallies))
