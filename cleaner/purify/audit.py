@@ -137,16 +137,21 @@ def audit_metrics(rows: Sequence[AuditRow], prefix: str = PREFIX) -> dict[str, f
 
 
 def grpo_advantages(scores: Sequence[float], groups: Sequence[str], trained: Sequence[bool]) -> list[float]:
-    """verl's GRPO outcome advantage per trajectory, for recorded trajectories (no trainer): (score - group mean) /
-    (group std + 1e-6), std with Bessel's correction, over the trajectories that train; a group of one gets mean 0
-    and std 1; a trajectory that trains nothing gets 0 (cleaner.verl.group_statistics)."""
+    """The trainer's GRPO outcome advantage per trajectory, for recorded trajectories (no trainer): (score - group
+    mean) / (group std + 1e-6), std with Bessel's correction, over the trajectories that train; a trajectory that
+    trains nothing gets 0, and so does the one trained row left of a larger group (no baseline left); a group of
+    one from the start keeps verl's single-sample rule, mean 0 and std 1 (cleaner.verl.group_statistics)."""
     members: dict[str, list[int]] = {}
+    sizes: dict[str, int] = {}
     for row, (group, is_trained) in enumerate(zip(groups, trained, strict=True)):
+        sizes[group] = sizes.get(group, 0) + 1
         if is_trained:
             members.setdefault(group, []).append(row)
     advantages = [0.0] * len(scores)
-    for rows in members.values():
+    for group, rows in members.items():
         values = [float(scores[row]) for row in rows]
+        if len(values) == 1 and sizes[group] > 1:
+            continue
         if len(values) == 1:
             mean, std = 0.0, 1.0
         else:

@@ -65,3 +65,12 @@ def test_grpo_advantages_match_verl_rule():
     advantages = grpo_advantages([1.0, 0.0, 1.0, 0.0, 5.0], ["a", "a", "a", "b", "a"], [True, True, True, True, False])
     std = (1 / 3) ** 0.5
     assert advantages == pytest.approx([(1 / 3) / std, -(2 / 3) / std, (1 / 3) / std, 0.0, 0.0], rel=1e-5)
+
+
+def test_the_one_trained_row_left_of_a_group_gets_no_advantage_as_in_the_trainer():
+    """A filter that leaves one trained row of four gives it 0 (cleaner.verl.group_statistics); a group of one from
+    the start keeps verl's single-sample rule (its score)."""
+    advantages = grpo_advantages(
+        [1.0, 0.0, 0.0, 0.0, 1.0], ["a", "a", "a", "a", "b"], [True, False, False, False, True]
+    )
+    assert advantages == [0.0, 0.0, 0.0, 0.0, pytest.approx(1.0)]
