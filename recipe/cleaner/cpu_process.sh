@@ -63,7 +63,7 @@ cpu_process_cleanup() {
 trap cpu_process_cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A code-judge on a free port, its log in LOG_DIR, unless JUDGE_URL is set; then recipe_use_judge.
+# A code-judge on a free port, its log in LOG_DIR, unless JUDGE_URL is set; the run's reward and tool read JUDGE_URL.
 cpu_start_judge() {
     local log_dir="$1" port
     if [[ -z "${JUDGE_URL:-}" ]]; then
@@ -84,7 +84,7 @@ cpu_start_judge() {
         fi
         JUDGE_URL="http://127.0.0.1:$port"
     fi
-    recipe_use_judge "$JUDGE_URL"
+    export JUDGE_URL
 }
 
 # Run a command (a verl run) in its own process group with a fresh Ray temp dir, so that a signal to the script

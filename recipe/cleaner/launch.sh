@@ -3,7 +3,8 @@
 # reference's override lines. Everything a recipe trains with is in its config file (config/<recipe>.yaml).
 #   DATA_DIR, MODEL_DIR, OUTPUT_ROOT  the prepared data, the models, the runs' output (defaults: in the checkout)
 #   JUDGE_URL                         the code-judge the reward and the tool call (default http://127.0.0.1:8088;
-#                                     another gets a copy of the tool yaml in $OUTPUT_DIR or $OUTPUT_ROOT)
+#                                     the configs read it: paper_grpo.yaml, python_tool.yaml)
+#   MODEL_PATH                        the training recipes' initial policy (default: MODEL_DIR/<the recipe's model>)
 #   DRY_RUN=1                         compose, run the trainer-start checks, print the config, and exit
 #   PYTHON                            the interpreter (default python3)
 # It rewrites the script's arguments (Hydra overrides) so that the reference's lines mean what they meant there
@@ -17,6 +18,7 @@ fi
 CLEANER_ROOT="${CLEANER_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 # shellcheck disable=SC2034  # the recipe scripts pass it to main_ppo as --config-dir
 CLEANER_CONFIG_DIR="$CLEANER_ROOT/recipe/cleaner/config"
+# shellcheck disable=SC2034  # eval_livecodebench.sh scores against it when JUDGE_URL is unset, as the configs do
 CLEANER_DEFAULT_JUDGE_URL="http://127.0.0.1:8088"
 : "${PYTHON:=python3}"
 : "${DATA_DIR:=$CLEANER_ROOT/dataset/prepared}"
@@ -31,24 +33,6 @@ fi
 recipe_launching() {
     [[ "${DRY_RUN:-0}" != "1" ]]
 }
-
-# The reward reads JUDGE_URL; the tool reads its yaml, so another judge gets a copy of the yaml naming it.
-recipe_use_judge() {
-    export JUDGE_URL="$1"
-    if [[ "$JUDGE_URL" == "$CLEANER_DEFAULT_JUDGE_URL" ]]; then
-        unset CLEANER_TOOL_CONFIG
-        return 0
-    fi
-    local dir="${OUTPUT_DIR:-$OUTPUT_ROOT}/judge-tool-configs"
-    mkdir -p "$dir"
-    CLEANER_TOOL_CONFIG="$("$PYTHON" -m cleaner.recipes.judge_tool_config "$JUDGE_URL" \
-        "$dir/python_tool.$(printf '%s' "$JUDGE_URL" | tr -c 'A-Za-z0-9' '_').yaml")"
-    export CLEANER_TOOL_CONFIG
-}
-
-if [[ -n "${JUDGE_URL:-}" ]]; then
-    recipe_use_judge "$JUDGE_URL"
-fi
 
 if [[ $# -gt 0 ]]; then
     mapfile -t CLEANER_ARGS < <("$PYTHON" -m cleaner.recipes.overrides "$@")

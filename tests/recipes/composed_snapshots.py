@@ -129,7 +129,13 @@ CASES: dict[str, list[Run]] = {
         ["actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.actor.fsdp_config.dtype=bfloat16"],
     ),
     "eval_cpu_aime_gpqa": evaluation(
-        ["aime2024", "gpqa-diamond"], EVAL_CPU, "/out/eval-cpu/aime-gpqa", "eval-cpu-aime-gpqa-saar-on", 2, "on", cpu=True
+        ["aime2024", "gpqa-diamond"],
+        EVAL_CPU,
+        "/out/eval-cpu/aime-gpqa",
+        "eval-cpu-aime-gpqa-saar-on",
+        2,
+        "on",
+        cpu=True,
     ),
     "eval_cpu_livecodebench": evaluation(
         ["livecodebench-v6"],
