@@ -1,2 +1,3 @@
-"""The recipes' tooling outside a training run: composing a recipe, its DRY_RUN, the translation of the reference's
-override lines. What verl loads while it trains lives in `cleaner.verl`."""
+"""The recipes' tooling outside a training run: the translation of the reference's override lines
+(`cleaner.recipes.overrides`). Composing a config is `cleaner.verl.trainer_config`; the trainer-start check and
+DRY_RUN are `cleaner.verl.start_check`."""

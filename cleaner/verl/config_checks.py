@@ -1,9 +1,8 @@
 """Config-time checks of verl's trainer config: settings that would not train as the user believes.
 
-The one place the trainer config is checked. The recipes run the checks in `DRY_RUN=1` and in their preflight
-(`cleaner.recipes.dry_run`); `python -m verl.trainer.main_ppo` runs them in its driver where it validates its own
-config, before Ray or any worker starts (`cleaner.verl.start_check`), and again when `CleanerAgentLoopManager`
-is created. A check takes the composed config and returns problems, one line each, naming the key and what to
+The one place the trainer config is checked. `python -m verl.trainer.main_ppo` runs the checks in its driver where
+it validates its own config, before Ray or any worker starts (the trainer-start check, `cleaner.verl.start_check`,
+which also holds DRY_RUN), and again when `CleanerAgentLoopManager` is created. A check takes the composed config and returns problems, one line each, naming the key and what to
 write instead. Nothing here imports verl.
 """
 
@@ -315,8 +314,8 @@ def filter_groups_without_v1(config: DictConfig) -> list[str]:
     return []
 
 
-# Every config check, in the order its problems are reported. A check added here runs in DRY_RUN, in the
-# recipes' preflight and at trainer start.
+# Every config check, in the order its problems are reported. A check added here runs at trainer start and in DRY_RUN
+# (cleaner.verl.start_check), and when the agent-loop manager is created.
 CONFIG_CHECKS: list[ConfigCheck] = [
     legacy_reward_keys,
     reference_trainer_keys,

@@ -1,16 +1,17 @@
-"""Run cleaner's checks where `python -m verl.trainer.main_ppo` validates its own config.
+"""The trainer-start check and DRY_RUN: cleaner's checks where `python -m verl.trainer.main_ppo` validates its config.
 
 verl 0.9.1's `main_ppo.main` calls `verl.utils.config.validate_config(config, ...)` in the driver, before Ray starts
 and before any worker is created; the agent-loop manager (the other place cleaner sees the config) is built only
 after the actor and rollout workers. Importing this module wraps `validate_config` so that, for a config that
 selects a cleaner piece (`selects_cleaner`: the agent loop, manager, multi_turn class or reward manager),
 `review_start` runs there: cleaner's config
-checks (the SAAR keys among them) and the files the config names, then verl's own validation, then the run's
-inputs (model, data, judge: `cleaner.verl.run_inputs`). A problem stops the run there with `TrainerConfigError`
+checks (the SAAR keys among them), the tool parser and the files the config names, then verl's own validation, then
+the run's inputs (model, data, judge: `cleaner.data.run_inputs`). A problem stops the run there with `TrainerConfigError`
 naming the key. Other verl configs are left alone.
 
-With `CLEANER_DRY_RUN=1` in the environment (the recipe scripts' `DRY_RUN=1`) the driver prints the composed
-config after the checks, reports what a real run would stop on, and exits: no Ray, no GPU.
+DRY_RUN lives here too: with `CLEANER_DRY_RUN=1` in the environment (the recipe scripts' `DRY_RUN=1`, set by
+recipe/cleaner/launch.sh) the driver prints the composed config after the checks, every key resolved (the SAAR and
+purification keys of the tool recipes among them), reports what a real run would stop on, and exits: no Ray, no GPU.
 
 The `verl.plugins` entry point (`cleaner.verl.plugin`) imports this module during `import verl`, before
 `main_ppo` binds `validate_config` to its own name, so a hand-started `main_ppo` is covered with no override.
@@ -28,8 +29,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cleaner.data.run_inputs import config_file_problems, run_input_problems
 from cleaner.verl.config_checks import TrainerConfigError, data_agent_problems, review_trainer_config, uses_cleaner
-from cleaner.verl.run_inputs import config_file_problems, run_input_problems
 
 logger = logging.getLogger(__name__)
 
@@ -54,13 +55,28 @@ def review_start(config: DictConfig, verl_validate: Callable[[DictConfig], Any] 
 
     OmegaConf.resolve(OmegaConf.create(OmegaConf.to_container(config)))  # every interpolation resolves
     report = review_trainer_config(config, read_data=False)
-    problems = report.problems + config_file_problems(config)
+    problems = report.problems + tool_parser_problems(config) + config_file_problems(config)
     if problems:
         raise TrainerConfigError("\n".join(problems))
     if verl_validate is not None:
         verl_validate(config)
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)  # what the rollout workers build at start-up
     return StartReport(report.warnings, run_input_problems(config) + data_agent_problems(config))
+
+
+def tool_parser_problems(config: DictConfig) -> list[str]:
+    """With tools on, `multi_turn.format` must name a tool parser verl knows (its own or cleaner's)."""
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    import cleaner.verl.tool_parser  # noqa: F401  (registers the cleaner tool parsers, as `import verl` does in workers)
+
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    if not multi_turn.enable or multi_turn.format in ToolParser._registry:
+        return []
+    return [
+        f"actor_rollout_ref.rollout.multi_turn.format={multi_turn.format!r} is not a registered tool parser "
+        f"({', '.join(sorted(ToolParser._registry))})"
+    ]
 
 
 def selects_cleaner(config: DictConfig) -> bool:

@@ -47,7 +47,8 @@ TRAIN_CPU_ENV = {
     "VAL_FILES": "/data/val.parquet",
     "OUTPUT_DIR": "/out/train-cpu",
 }
-# Unset for every case: the default judge, the default Ray CPUs.
+# Unset for every case: the default judge, the default Ray CPUs, no CPU-run inputs (CLEANER_TOOL_CONFIG: read by
+# older revisions' files).
 UNSET = ("JUDGE_URL", "CLEANER_TOOL_CONFIG", "RAY_NUM_CPUS", "MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "OUTPUT_DIR")
 
 TRAINING = [

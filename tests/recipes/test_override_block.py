@@ -1,7 +1,8 @@
 """The one override block users copy (docs/plugin.md, "A complete set of overrides") sets what the recipes train with.
 
 It is composed onto verl's stock `ppo_trainer` and compared, key by key, with CLEANER-4B's recipe config; and it
-must name every cleaner key the recipe sets (the SAAR keys, the agent loop, manager, multi_turn class, reward).
+must name every cleaner key the recipe sets (the agent loop, manager, multi_turn class, reward, and each SAAR or
+purification key the recipe sets to something other than its default: a key the block leaves out gets the default).
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
+from composed_snapshots import RECIPE_CONFIGS, compose
 from omegaconf import OmegaConf
 
-from cleaner.recipes.compose import compose_recipe
-from cleaner.saar.config import CONFIG_KEYS
+from cleaner.purify.config import PurificationConfig
+from cleaner.saar.config import SaarConfig
 from cleaner.verl.trainer_config import compose_trainer_config
 
 pytestmark = pytest.mark.slow  # composes verl's Hydra config
@@ -21,6 +24,8 @@ pytestmark = pytest.mark.slow  # composes verl's Hydra config
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DOC = ROOT / "docs" / "plugin.md"
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
+# Every SAAR and purification key with its default, as the tool recipes compose it.
+DECLARED = yaml.safe_load((RECIPE_CONFIGS / "multi_turn" / "cleaner.yaml").read_text())
 
 
 def documented_overrides() -> list[str]:
@@ -33,7 +38,8 @@ def documented_overrides() -> list[str]:
 
 
 def cleaner_keys(config) -> set[str]:
-    """The keys of `config` that are cleaner's: SAAR keys, cleaner classes and modules, the judge."""
+    """The keys of `config` that are cleaner's: SAAR and purification keys not at their default, cleaner classes and
+    modules, the judge."""
     flat = {}
 
     def walk(value, prefix):
@@ -44,22 +50,24 @@ def cleaner_keys(config) -> set[str]:
             flat[prefix] = value
 
     walk(OmegaConf.to_container(config, resolve=True), "")
+
+    def set_by_recipe(key: str, value) -> bool:
+        name = key.removeprefix(f"{MULTI_TURN}.")
+        return key.startswith(f"{MULTI_TURN}.") and name in DECLARED and name != "_target_" and value != DECLARED[name]
+
     return {
         key
         for key, value in flat.items()
-        if key.startswith(f"{MULTI_TURN}.")
-        and key.rsplit(".", 1)[1] in CONFIG_KEYS
-        or re.search(r"cleaner", str(value))
-        or key.endswith("judge_url")
+        if set_by_recipe(key, value) or re.search(r"cleaner", str(value)) or key.endswith("judge_url")
     }
 
 
 @pytest.fixture
 def recipe(monkeypatch):
     monkeypatch.setenv("CLEANER_ROOT", str(ROOT))
-    for key in ("JUDGE_URL", "CLEANER_TOOL_CONFIG"):
+    for key in ("JUDGE_URL", "MODEL_PATH"):
         monkeypatch.delenv(key, raising=False)
-    return compose_recipe("qwen3_4b_cleaner")
+    return compose("qwen3_4b_cleaner")
 
 
 def test_the_documented_block_composes_to_the_recipes_values(recipe):
@@ -75,3 +83,6 @@ def test_the_documented_block_names_every_cleaner_key_the_recipe_sets(recipe):
     """Composed, the block and the recipe have the same cleaner keys (set directly or derived by verl's config)."""
     documented = compose_trainer_config(documented_overrides())
     assert cleaner_keys(documented) == cleaner_keys(recipe)
+    # and the agent loop and the trainer read the same settings from both
+    for read in (SaarConfig.from_multi_turn, PurificationConfig.from_multi_turn):
+        assert read(OmegaConf.select(documented, MULTI_TURN)) == read(OmegaConf.select(recipe, MULTI_TURN))

@@ -1,10 +1,12 @@
-"""What a training run opens at start, checked before Ray starts: the files the config names and the services it calls.
+"""What a training run opens at start, checked before it starts: the files its config names and the services it calls.
 
 Two kinds, both named by key or path, one line each:
 - `config_file_problems`: files the config itself names and their content (reward function, tool and agent-loop
-  yaml, tool parser, manager class). Wrong here, the config is wrong wherever it runs.
+  yaml, manager class), and that the tool and the reward call one judge. Wrong here, the config is wrong wherever
+  it runs.
 - `run_input_problems`: the model directory, the data files and the judge. They depend on the machine: DRY_RUN
   reports them as what a real run would stop on; the trainer-start check (`cleaner.verl.start_check`) stops on them.
+Both read a verl trainer config (a DictConfig) by its keys; neither imports verl.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cleaner.names import AGENT_NAME
 
@@ -65,7 +68,7 @@ def _paths(value) -> list[str]:
 def _judge_urls(config: DictConfig) -> list[str]:
     urls = [OmegaConf.select(config, REWARD_JUDGE_KEY)]
     if config.actor_rollout_ref.rollout.multi_turn.enable:
-        urls += [url for _, url in _tool_judge_urls(config)]
+        urls += [url for _, url in _tool_judge_urls(_tool_config(config))]
     return [str(url).rstrip("/") for url in urls if url]
 
 
@@ -129,16 +132,17 @@ def _top_level_names(path: Path) -> set[str]:
 
 
 def _tool_config(config: DictConfig) -> dict | None:
+    """The tool yaml as verl's tool registry reads it: interpolations (`${oc.env:JUDGE_URL,...}`) resolved here."""
     path = _existing_file(config, TOOL_CONFIG_KEY)
-    return yaml.safe_load(path.read_text(encoding="utf-8")) if path else None
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True) if path else None
 
 
-def _tool_judge_urls(config: DictConfig) -> list[tuple[str, str]]:
-    """(tool class, judge URL) of every code-interpreter tool in the tool yaml."""
+def _tool_judge_urls(tools: dict | None) -> list[tuple[str, str]]:
+    """(tool class, judge URL) of every code-interpreter tool in the (resolved) tool yaml."""
     from cleaner.tools.judge_client import with_judge_url
 
     urls = []
-    for tool in (_tool_config(config) or {}).get("tools") or []:
+    for tool in (tools or {}).get("tools") or []:
         if tool.get("class_name", "").endswith(".CodeInterpreterTool"):
             try:
                 urls.append((tool["class_name"], with_judge_url(dict(tool.get("config") or {})).get("judge_url")))
@@ -148,18 +152,9 @@ def _tool_judge_urls(config: DictConfig) -> list[tuple[str, str]]:
 
 
 def _tool_problems(config: DictConfig) -> list[str]:
-    from verl.experimental.agent_loop.tool_parser import ToolParser
-
-    import cleaner.verl.tool_parser  # noqa: F401  (registers the cleaner tool parsers, as `import verl` does in workers)
     from cleaner.tools.code_interpreter import CodeInterpreterConfig
 
     problems = []
-    multi_turn = config.actor_rollout_ref.rollout.multi_turn
-    if multi_turn.format not in ToolParser._registry:
-        problems.append(
-            f"actor_rollout_ref.rollout.multi_turn.format={multi_turn.format!r} is not a registered tool parser "
-            f"({', '.join(sorted(ToolParser._registry))})"
-        )
     loops_file = _existing_file(config, AGENT_LOOP_CONFIG_KEY)
     if loops_file is None:
         problems.append(f"{AGENT_LOOP_CONFIG_KEY}={OmegaConf.select(config, AGENT_LOOP_CONFIG_KEY)!r}: no such file")
@@ -168,7 +163,10 @@ def _tool_problems(config: DictConfig) -> list[str]:
     manager = OmegaConf.select(config, MANAGER_KEY)
     if manager and importlib.util.find_spec(manager.rsplit(".", 1)[0]) is None:
         problems.append(f"{MANAGER_KEY}={manager}: module not found")
-    tools = _tool_config(config)
+    try:
+        tools = _tool_config(config)
+    except OmegaConfBaseException as exc:  # an interpolation that does not resolve: what verl would fail on
+        return [*problems, f"{TOOL_CONFIG_KEY}: {OmegaConf.select(config, TOOL_CONFIG_KEY)}: {exc}"]
     if tools is None:
         return [*problems, f"{TOOL_CONFIG_KEY}={OmegaConf.select(config, TOOL_CONFIG_KEY)!r}: no such file"]
     for tool in tools.get("tools") or []:
@@ -181,10 +179,11 @@ def _tool_problems(config: DictConfig) -> list[str]:
             except ValueError as exc:
                 problems.append(f"{TOOL_CONFIG_KEY}: {tool['class_name']}: {exc}")
     reward_judge = OmegaConf.select(config, REWARD_JUDGE_KEY)
-    for class_name, url in _tool_judge_urls(config):
+    for class_name, url in _tool_judge_urls(tools):
         if reward_judge and url and url.rstrip("/") != str(reward_judge).rstrip("/"):
             problems.append(
-                f"{TOOL_CONFIG_KEY}: {class_name} calls the judge at {url} but {REWARD_JUDGE_KEY}={reward_judge}: "
-                "point both at one judge (the recipe scripts do with JUDGE_URL)"
+                f"two judges: the tool {class_name} ({TOOL_CONFIG_KEY}) calls {url}, the reward "
+                f"({REWARD_JUDGE_KEY}) calls {reward_judge}; point both at one judge (the recipes read JUDGE_URL "
+                "for both)"
             )
     return problems
