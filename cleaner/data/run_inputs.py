@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -29,6 +30,8 @@ REWARD_JUDGE_KEY = "reward.custom_reward_function.reward_kwargs.judge_url"
 TOOL_CONFIG_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 AGENT_LOOP_CONFIG_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+# The environment verl's main_ppo gives every Ray worker (ray.init's runtime_env).
+RAY_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 
 def config_file_problems(config: DictConfig) -> list[str]:
@@ -132,9 +135,20 @@ def _top_level_names(path: Path) -> set[str]:
 
 
 def _tool_config(config: DictConfig) -> dict | None:
-    """The tool yaml as verl's tool registry reads it: interpolations (`${oc.env:JUDGE_URL,...}`) resolved here."""
+    """The tool yaml as verl's tool registry reads it in an agent-loop worker: its interpolations
+    (`${oc.env:JUDGE_URL,...}`) resolved in the environment the run gives its Ray workers (RAY_ENV_KEY over this
+    process's)."""
     path = _existing_file(config, TOOL_CONFIG_KEY)
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True) if path else None
+    if path is None:
+        return None
+    worker_env = OmegaConf.select(config, RAY_ENV_KEY)
+    saved = dict(os.environ)
+    try:
+        os.environ.update({str(key): str(value) for key, value in (worker_env or {}).items()})
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _tool_judge_urls(tools: dict | None) -> list[tuple[str, str]]:

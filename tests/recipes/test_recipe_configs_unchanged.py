@@ -1,5 +1,6 @@
 """Every recipe and evaluation run composes to what the recipe files of `data/composed/REVISION` composed, key by key,
-except the SAAR and purification keys that are now written out with their defaults (multi_turn/cleaner.yaml).
+except the SAAR and purification keys that are now written out with their defaults (multi_turn/cleaner.yaml) and
+the reward's judge handed to the Ray workers, where the tool reads it (ADDED).
 
 The snapshots are `composed_snapshots.py`'s output for that revision (`python tests/recipes/composed_snapshots.py
 REVISION` rewrites them); the last test regenerates them from the revision and compares, where git has it.
@@ -22,6 +23,8 @@ pytestmark = pytest.mark.slow  # composes every recipe with verl's Hydra config
 
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn."
 DECLARED = yaml.safe_load((RECIPE_CONFIGS / "multi_turn" / "cleaner.yaml").read_text())
+# New keys, each with the value it has with the scripts' environment (JUDGE_URL unset).
+ADDED = {"ray_kwargs.ray_init.runtime_env.env_vars.JUDGE_URL": "http://127.0.0.1:8088"}
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +54,12 @@ def test_each_run_composes_as_before_with_its_multi_turn_defaults_written_out(ca
             for key in run_before.keys() | run_after.keys()
             if run_before.get(key, "<absent>") != run_after.get(key, "<absent>")
         }
-        # Only keys that were absent, now with the value multi_turn/cleaner.yaml declares for them.
-        assert changed == {
+        # Only keys that were absent: the ADDED ones, and multi_turn keys with the value multi_turn/cleaner.yaml
+        # declares for them.
+        assert {key: value for key, value in changed.items() if key in ADDED} == {
+            key: ("<absent>", value) for key, value in ADDED.items()
+        }
+        assert {key: value for key, value in changed.items() if key not in ADDED} == {
             key: ("<absent>", DECLARED[key.removeprefix(MULTI_TURN)])
             for key in changed
             if key.startswith(MULTI_TURN) and key.removeprefix(MULTI_TURN) in DECLARED

@@ -533,38 +533,56 @@ def test_the_training_scripts_honour_model_path(tmp_path):
     assert f"model: {model} has no config.json" in result.stderr
 
 
-def tool_judge(config) -> str:
-    """The judge URL of the tool as verl's agent-loop workers build it from the config's tool yaml."""
+def tool_judge(config, monkeypatch) -> str:
+    """The judge URL of the tool as an agent-loop worker builds it: verl's tool registry loads the config's tool yaml
+    in the environment main_ppo gives its Ray workers (ray_kwargs.ray_init.runtime_env.env_vars)."""
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    [tool] = initialize_tools_from_config(config.actor_rollout_ref.rollout.multi_turn.tool_config_path)
+    with monkeypatch.context() as worker:
+        for key, value in OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars").items():
+            worker.setenv(key, str(value))
+        [tool] = initialize_tools_from_config(config.actor_rollout_ref.rollout.multi_turn.tool_config_path)
     return tool.settings.judge.url
 
 
-def test_the_hand_typed_main_ppo_line_with_judge_url_gives_reward_and_tool_one_judge(monkeypatch):
+REWARD_JUDGE = "reward.custom_reward_function.reward_kwargs.judge_url"
+
+
+@pytest.mark.parametrize("name", ["qwen3_4b_cleaner", "qwen3_4b_dapo_tool", "eval_tools"])
+def test_the_hand_typed_main_ppo_line_with_judge_url_gives_reward_and_tool_one_judge(monkeypatch, name):
     """`JUDGE_URL=... python -m verl.trainer.main_ppo --config-dir recipe/cleaner/config --config-name NAME`, no
     script: the reward and the tool both call JUDGE_URL, and the start check finds one judge."""
     monkeypatch.setenv("CLEANER_ROOT", str(ROOT))
     monkeypatch.setenv("JUDGE_URL", "http://judge.example:9000")
-    for name in ("qwen3_4b_cleaner", "qwen3_4b_dapo_tool", "eval_tools"):
-        config = compose(name, ["actor_rollout_ref.model.path=/m"])
-        reward_judge = OmegaConf.select(config, "reward.custom_reward_function.reward_kwargs.judge_url")
-        assert reward_judge == tool_judge(config) == "http://judge.example:9000", name
-        assert config_file_problems(config) == [], name
+    config = compose(name, ["actor_rollout_ref.model.path=/m"])
+    assert OmegaConf.select(config, REWARD_JUDGE) == tool_judge(config, monkeypatch) == "http://judge.example:9000"
+    assert config_file_problems(config) == []
     monkeypatch.delenv("JUDGE_URL")
-    config = compose("qwen3_4b_cleaner")
-    assert OmegaConf.select(config, "reward.custom_reward_function.reward_kwargs.judge_url") == tool_judge(config)
-    assert tool_judge(config) == "http://127.0.0.1:8088"
+    config = compose(name, ["actor_rollout_ref.model.path=/m"])
+    assert OmegaConf.select(config, REWARD_JUDGE) == tool_judge(config, monkeypatch) == "http://127.0.0.1:8088"
 
 
-def test_a_run_whose_reward_and_tool_call_different_judges_is_refused_naming_both(monkeypatch):
+def test_the_tool_follows_a_judge_set_on_the_rewards_key(monkeypatch):
+    """An override of the reward's judge alone reaches the tool too: one key decides."""
     monkeypatch.setenv("CLEANER_ROOT", str(ROOT))
-    monkeypatch.setenv("JUDGE_URL", "http://judge-a:8088")
-    config = compose("qwen3_4b_cleaner", ["reward.custom_reward_function.reward_kwargs.judge_url=http://judge-b:8088"])
+    monkeypatch.delenv("JUDGE_URL", raising=False)
+    config = compose("qwen3_4b_cleaner", [f"{REWARD_JUDGE}=http://judge-b:8088"])
+    assert tool_judge(config, monkeypatch) == "http://judge-b:8088"
+    assert config_file_problems(config) == []
+
+
+def test_a_run_whose_reward_and_tool_call_different_judges_is_refused_naming_both(monkeypatch, tmp_path):
+    """A tool yaml that names its judge itself (e.g. a copy of the reference's) against the reward's judge."""
+    monkeypatch.setenv("CLEANER_ROOT", str(ROOT))
+    monkeypatch.delenv("JUDGE_URL", raising=False)
+    tools = yaml.safe_load((CONFIGS / "python_tool.yaml").read_text())
+    tools["tools"][0]["config"]["judge_url"] = "http://judge-a:8088"
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump(tools))
+    config = compose("qwen3_4b_cleaner", [f"{MT}.tool_config_path={tmp_path / 'tools.yaml'}"])
     with pytest.raises(ValueError) as raised:
         review_start(config, verl_validate=lambda _: pytest.fail("verl's validation ran first"))
     [line] = [line for line in str(raised.value).splitlines() if "two judges" in line]
-    assert "calls http://judge-a:8088" in line and "calls http://judge-b:8088" in line
+    assert "calls http://judge-a:8088" in line and "calls http://127.0.0.1:8088" in line
 
 
 def test_dry_run_reports_an_invalid_config_by_name_and_fails(tmp_path):
