@@ -31,5 +31,5 @@ def compose_trainer_config(
     search = [] if config_dir is None else [f"hydra.searchpath=[file://{verl_config_dir()}]"]
     # Hydra keeps one global instance per process; a previous composition (ours or a caller's) would block this one.
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir or verl_config_dir()), version_base=None):
+    with initialize_config_dir(config_dir=str(Path(config_dir or verl_config_dir()).resolve()), version_base=None):
         return compose(config_name=config_name, overrides=[*search, *overrides])

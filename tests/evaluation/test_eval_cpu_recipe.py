@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from cleaner.recipes.compose import compose_recipe
+from cleaner.verl.trainer_config import compose_trainer_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EVAL = ROOT / "recipe" / "cleaner" / "eval"
+CONFIGS = ROOT / "recipe" / "cleaner" / "config"
 EVAL_CPU = ROOT / "dataset" / "eval-cpu"
 RECORDER = """#!/usr/bin/env bash
 if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
@@ -88,7 +89,7 @@ def test_a_dry_run_makes_no_generations_and_scores_none(tmp_path):
 @pytest.mark.parametrize("platform", [[], ["+platform=cpu"]])
 def test_a_benchmark_smaller_than_a_training_batch_still_runs(platform):
     """verl stops a run whose train set (here the benchmark itself) is smaller than one training batch."""
-    config = compose_recipe("eval_tools", [*platform, "actor_rollout_ref.model.path=/m"])
+    config = compose_trainer_config([*platform, "actor_rollout_ref.model.path=/m"], "eval_tools", CONFIGS)
     assert 1 <= config.actor_rollout_ref.actor.ppo_mini_batch_size <= config.data.train_batch_size <= 2
     # verl's DAPO reward manager fails at start-up when the overlong buffer is longer than the responses.
     assert config.reward.reward_kwargs.overlong_buffer_cfg.len <= config.data.max_response_length

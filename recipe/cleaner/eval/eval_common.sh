@@ -82,13 +82,18 @@ cleaner_eval_run() {
 }
 
 cleaner_eval_benchmarks() {
-    local bench generations=()
+    local bench generations=() sampling=() sampling_text
     for bench in $BENCHMARKS; do
         cleaner_eval_run "$bench" "$@"
         generations+=(--generations "$bench=$OUTPUT_DIR/generations/$bench")
     done
     recipe_launching || return 0
+    # The validation sampling the runs used, read from their config (paper_grpo.yaml's val_kwargs, overrides applied).
+    sampling_text="$("$PYTHON" -m cleaner.recipes.config_values "$CLEANER_CONFIG_DIR" "eval_$MODE" \
+        actor_rollout_ref.rollout.val_kwargs.temperature actor_rollout_ref.rollout.val_kwargs.top_p \
+        -- "${CLEANER_EVAL_PLATFORM[@]}" "actor_rollout_ref.model.path=$MODEL_PATH" "$@")"
+    mapfile -t sampling <<<"$sampling_text"
     "$PYTHON" -m cleaner.cli eval score "${generations[@]}" --output-dir "$OUTPUT_DIR" \
         --run "model=$MODEL_PATH" --run "mode=$MODE" --run "test_time_saar=$TEST_TIME_SAAR" --run "n=$VAL_N" \
-        --run "temperature=1.0" --run "top_p=0.6" # config/paper_grpo.yaml's val_kwargs
+        "${sampling[@]/#/--run=}"
 }
