@@ -39,7 +39,7 @@ def documented_overrides() -> list[str]:
 
 def cleaner_keys(config) -> set[str]:
     """The keys of `config` that are cleaner's: SAAR and purification keys not at their default, cleaner classes and
-    modules, the judge."""
+    modules, the judge (the reward's, and the one the Ray workers get for the tool)."""
     flat = {}
 
     def walk(value, prefix):
@@ -58,7 +58,7 @@ def cleaner_keys(config) -> set[str]:
     return {
         key
         for key, value in flat.items()
-        if set_by_recipe(key, value) or re.search(r"cleaner", str(value)) or key.endswith("judge_url")
+        if set_by_recipe(key, value) or re.search(r"cleaner", str(value)) or key.lower().endswith("judge_url")
     }
 
 
