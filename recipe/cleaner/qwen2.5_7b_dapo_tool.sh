@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Baseline: Qwen2.5-7B-RA-SFT with GRPO/DAPO and the Python tool, SAAR off; the 4B tool baseline with the 7B
 # model and its learning rate.
-# Everything it trains with: config/qwen2.5_7b_dapo_tool.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen2.5_7b_dapo_tool.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CLEANER-4B: its tool baseline plus SAAR (K=3, applied to every trajectory), on the full 30K set.
-# Everything it trains with: config/qwen3_4b_cleaner.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_cleaner.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

@@ -3,7 +3,7 @@
 # with the call that replaced it, and the DPO-style tool-call advantage (docs/negative-samples.md); the paper
 # reports that it destabilised training. Needs verl's v1 trainer (the legacy one is refused). The adjustment
 # is computed on the log-probs the trainer recomputes on the purified sequence.
-# Everything it trains with: config/qwen3_4b_cleaner_dpo.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_cleaner_dpo.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CLEANER-4B with the IS correction ("Plan C", docs/saar.md "Off-policy spans"): SAAR replaces as always, and
 # verl's token-level rollout importance sampling corrects the spliced tokens with their behaviour log-probs.
-# Everything it trains with: config/qwen3_4b_cleaner_is_correction.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_cleaner_is_correction.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

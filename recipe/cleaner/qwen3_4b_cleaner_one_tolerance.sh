@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CLEANER-4B with one-tolerance rollback: a position's first failure stays in the trajectory; SAAR purifies from
 # the second failure on (docs/saar.md).
-# Everything it trains with: config/qwen3_4b_cleaner_one_tolerance.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_cleaner_one_tolerance.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

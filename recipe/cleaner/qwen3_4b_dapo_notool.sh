@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Baseline: Qwen3-4B-RA-SFT trained with GRPO/DAPO without tools (single-turn generation, data prepared with
 # `cleaner data prepare --no-tool`).
-# Everything it trains with: config/qwen3_4b_dapo_notool.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_dapo_notool.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

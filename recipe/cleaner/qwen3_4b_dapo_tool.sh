@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Baseline: Qwen3-4B-RA-SFT trained with GRPO/DAPO and the Python tool, SAAR off (every failed call, its error
-# and the retry stay in the trajectory). The tool recipes' agent loop, tool and SAAR keys live here.
-# Everything it trains with: config/qwen3_4b_dapo_tool.yaml. Arguments are Hydra overrides (they win);
+# and the retry stay in the trajectory).
+# Everything it trains with: config/qwen3_4b_dapo_tool.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

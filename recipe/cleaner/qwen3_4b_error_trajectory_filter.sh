@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CLEANER-4B's run that drops every training trajectory that kept a failed tool call.
-# Everything it trains with: config/qwen3_4b_error_trajectory_filter.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_error_trajectory_filter.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CLEANER-4B's run with error-turn masking: trajectories stay as sampled; failed turns get loss mask 0.
-# Everything it trains with: config/qwen3_4b_error_turn_mask.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_error_turn_mask.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CLEANER-4B's run with no purification: every failed call, its error and the retry are trained as sampled.
-# Everything it trains with: config/qwen3_4b_no_purification.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_no_purification.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

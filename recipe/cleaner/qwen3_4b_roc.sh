@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CLEANER-4B's run with rStar2-Agent's GRPO-RoC: 32 rollouts per prompt, cut to a GRPO group of 16.
-# Everything it trains with: config/qwen3_4b_roc.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_roc.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

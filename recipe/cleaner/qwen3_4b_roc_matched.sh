@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GRPO-RoC at qwen3_4b_cleaner's generation budget: 64 prompts x 32 rollouts (= 128 x 16) per step.
-# Everything it trains with: config/qwen3_4b_roc_matched.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_roc_matched.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 

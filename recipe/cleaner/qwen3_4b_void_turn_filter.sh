@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CLEANER-4B's run with SimpleTIR's void-turn filter: a trajectory with a void turn trains nothing.
-# Everything it trains with: config/qwen3_4b_void_turn_filter.yaml. Arguments are Hydra overrides (they win);
+# Everything it trains with: config/qwen3_4b_void_turn_filter.yaml and its parents. Arguments are Hydra overrides (they win);
 # DRY_RUN=1 runs the trainer-start checks and prints the config instead of training (recipe/cleaner/README.md).
 set -euo pipefail
 
