@@ -54,7 +54,7 @@ endif
 
 # What CI runs: lint, format check, then the whole suite (tests/ and code-judge/tests).
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # The pure and unit tests, in seconds: no judge service, browser, real model or other multi-second tier.
 test-fast: setup

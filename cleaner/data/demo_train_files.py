@@ -12,21 +12,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from cleaner.data.rows import read_rows, write_parquet
+from cleaner.data.rows import read_rows
+from cleaner.data.train_val import print_paths, write_train_val
 from cleaner.resources import DEMO_PROBLEMS, resource_path
 
 
 def write_demo_train_files(out_dir: Path, val_count: int) -> tuple[Path, Path]:
     """All bundled problems as the train file, the first `val_count` of them as the validation file."""
-    source = resource_path(DEMO_PROBLEMS)
-    rows = read_rows(source)
-    if not 0 < val_count <= len(rows):
-        raise ValueError(f"--val-count must be between 1 and {len(rows)}, got {val_count}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    train, val = out_dir / "train.parquet", out_dir / "val.parquet"
-    write_parquet(rows, train)
-    write_parquet(rows[:val_count], val)
-    return train, val
+    return write_train_val(read_rows(resource_path(DEMO_PROBLEMS)), out_dir, val_count)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,13 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--val-count", type=int, default=2)
     args = parser.parse_args(argv)
-    try:
-        paths = write_demo_train_files(args.out_dir, args.val_count)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(*paths)
-    return 0
+    return print_paths(lambda: write_demo_train_files(args.out_dir, args.val_count))
 
 
 if __name__ == "__main__":

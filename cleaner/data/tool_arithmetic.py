@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cleaner.data.rows import write_jsonl, write_parquet
+from cleaner.data.rows import write_jsonl
+from cleaner.data.train_val import print_paths, write_train_val
 from cleaner.names import AGENT_NAME
 
 DATA_SOURCE = "tool-arithmetic-math"
@@ -154,12 +155,8 @@ def write_set(out_dir: Path, families: list[str], per_family: int, seed: int, va
     rows = [
         to_row(problem, index, seed) for index, problem in enumerate(interleave(generate(families, per_family, seed)))
     ]
-    if not 0 < val_count <= len(rows):
-        raise ValueError(f"val_count must be between 1 and {len(rows)}, got {val_count}")
+    train, val = write_train_val(rows, out_dir, val_count)
     write_jsonl(rows, out_dir / "problems.jsonl")
-    train, val = out_dir / "train.parquet", out_dir / "val.parquet"
-    write_parquet(rows, train)
-    write_parquet(rows[:val_count], val)
     return train, val
 
 
@@ -171,13 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--val-count", type=int, default=2)
     args = parser.parse_args(argv)
-    try:
-        paths = write_set(args.out_dir, args.families.split(","), args.per_family, args.seed, args.val_count)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(*paths)
-    return 0
+    return print_paths(
+        lambda: write_set(args.out_dir, args.families.split(","), args.per_family, args.seed, args.val_count)
+    )
 
 
 if __name__ == "__main__":

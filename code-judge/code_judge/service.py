@@ -13,8 +13,9 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import orjson
 import redis
@@ -26,6 +27,7 @@ from code_judge.settings import JudgeSettings
 from code_judge.verdict import INTERNAL_ERROR, INVALID_INPUT, QUEUE_TIMEOUT, JobSpec, service_verdict
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RUNNABLE_TYPES = (SubmissionType.PYTHON, SubmissionType.CPP)
 _REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
@@ -71,6 +73,29 @@ def _verdict_of(index: int, item: _Item) -> bytes:
     return item.verdict
 
 
+async def _cancellable(call: Awaitable[T]) -> T:
+    """Await one Redis call of a request so that the request's cancellation ends it at once.
+
+    A cancellation delivered inside a blocking redis-py call can come out as a timeout that the client retries
+    (`stop` guards its dispatcher against the same thing): the call runs in a task of its own, the request waits
+    on that task through a shield, and on cancellation the request leaves while the call is cancelled behind it.
+    A call that completes anyway (jobs queued for a request that left) is harmless: their replies match nothing.
+    """
+    call_task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(call_task)
+    except asyncio.CancelledError:
+        call_task.cancel()
+        call_task.add_done_callback(_drop_outcome)
+        raise
+
+
+def _drop_outcome(task: asyncio.Future[object]) -> None:
+    """Retrieve a task's exception so that a call abandoned by its cancelled request logs no 'never retrieved'."""
+    if not task.cancelled():
+        task.exception()
+
+
 class JudgeService:
     def __init__(self, settings: JudgeSettings, metrics: ApiMetrics):
         if settings.redis_uri is None:
@@ -104,8 +129,8 @@ class JudgeService:
 
     async def status(self) -> dict[str, object]:
         try:
-            live = await self._queue.live_workers(self._settings.worker_heartbeat_timeout)
-            queue_length = await self._queue.queue_length()
+            live = await _cancellable(self._queue.live_workers(self._settings.worker_heartbeat_timeout))
+            queue_length = await _cancellable(self._queue.queue_length())
         except _REDIS_ERRORS as exc:
             raise RedisUnavailable(f"redis is unavailable ({exc})") from exc
         by_mode: dict[str, int] = {}
@@ -133,8 +158,13 @@ class JudgeService:
         items = [self._prepare(sub, with_output, deadline) for sub in submissions]
         queued = [item for item in items if item.key is not None]
         if queued:
-            await self._enqueue([item.payload for item in queued], [item.key for item in queued])
-            await self._collect(queued, deadline, wait_s, started)
+            try:
+                await self._enqueue([item.payload for item in queued])
+                await self._collect(queued, deadline, wait_s, started)
+            finally:
+                # Answered, timed out, refused or cancelled (also inside the enqueue): nobody waits for these any more.
+                self._forget([item.key for item in queued])
+                self.metrics.pending.set(len(self._pending))
         return [_verdict_of(index, item) for index, item in enumerate(items)]
 
     def _prepare(self, sub: Submission, with_output: bool, deadline: float) -> _Item:
@@ -169,12 +199,7 @@ class JudgeService:
     async def _collect(self, items: list[_Item], deadline: float, wait_s: float, started: float) -> None:
         """Wait for the queued items' verdicts until the deadline; what has none by then answers queue_timeout."""
         self.metrics.pending.set(len(self._pending))
-        try:
-            done, _ = await asyncio.wait([item.future for item in items], timeout=max(0.0, deadline - time.time()))
-        finally:
-            # Answered, timed out, or the request was cancelled: nobody waits for what is left any more.
-            self._forget([item.key for item in items])
-            self.metrics.pending.set(len(self._pending))
+        done, _ = await asyncio.wait([item.future for item in items], timeout=max(0.0, deadline - time.time()))
         for item in items:
             if item.future not in done:
                 message = f"no verdict within the request's deadline of {wait_s:g} s"
@@ -185,15 +210,13 @@ class JudgeService:
             else:
                 item.verdict = self._finished_verdict(item.spec, item.future.result(), started)
 
-    async def _enqueue(self, payloads: list[bytes], keys: list[bytes]) -> None:
+    async def _enqueue(self, payloads: list[bytes]) -> None:
         try:
-            queued = await self._queue.enqueue(payloads, self._settings.max_queue_length)
+            queued = await _cancellable(self._queue.enqueue(payloads, self._settings.max_queue_length))
         except _REDIS_ERRORS as exc:
-            self._forget(keys)
             self.metrics.rejections.labels("redis").inc()
             raise RedisUnavailable(f"redis is unavailable ({exc}); retry later") from exc
         if not queued:
-            self._forget(keys)
             self.metrics.rejections.labels("queue_full").inc()
             raise Overloaded(
                 f"the queue is full (MAX_QUEUE_LENGTH={self._settings.max_queue_length}, "

@@ -24,15 +24,12 @@ def run_scripted_grpo(work: Path, model_dir: Path, judge_url: str) -> dict:
     from scripted_training import train_one_scripted_step
 
     out = work / "out"
-    extra_env = {
-        "CALCULATE_LOG_PROBS": "True",
-        "ROLLBACK_IS_THRESHOLD": "0.5",
-        "ROLLBACK_IS_CORRECTION": "True",  # with rollout_is=token
-        "ROLLOUT_IS": "token",
-        "WANDB_MODE": "offline",
-        "WANDB_DIR": str(out),
-    }
+    extra_env = {"WANDB_MODE": "offline", "WANDB_DIR": str(out)}
     overrides = [
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "++actor_rollout_ref.rollout.multi_turn.rollback_is_threshold=0.5",
+        "++actor_rollout_ref.rollout.multi_turn.rollback_is_correction=True",  # with rollout_is=token
+        "algorithm.rollout_correction.rollout_is=token",
         "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
         # the validation pass after the step, with the generation dump the evaluation checks read
         "trainer.test_freq=1",

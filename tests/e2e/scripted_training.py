@@ -38,30 +38,6 @@ def run_recipe(args: list[str], env: dict[str, str], log_path: Path) -> int:
             pytest.fail(f"the training run took more than {RUN_TIMEOUT_S} s; log: {log_path}")
 
 
-# Settings the tests pass as environment variables, and the config key each sets (train_cpu.sh reads only paths,
-# the judge and RAY_NUM_CPUS from the environment; everything else is a Hydra override).
-SETTING_KEYS = {
-    "ROLLOUT_BACKEND": "actor_rollout_ref.rollout.name",
-    "ROLLOUT_N": "actor_rollout_ref.rollout.n",
-    "TRAIN_BATCH_SIZE": "data.train_batch_size",
-    "TOTAL_TRAINING_STEPS": "trainer.total_training_steps",
-    "MAX_PROMPT_LENGTH": "data.max_prompt_length",
-    "MAX_RESPONSE_LENGTH": "data.max_response_length",
-    "TEST_FREQ": "trainer.test_freq",
-    "SAVE_FREQ": "trainer.save_freq",
-    "TRAINER_USE_V1": "trainer.use_v1",
-    "CALCULATE_LOG_PROBS": "actor_rollout_ref.rollout.calculate_log_probs",
-    "ROLLOUT_IS": "algorithm.rollout_correction.rollout_is",
-    "ROLLBACK_IS_THRESHOLD": "++actor_rollout_ref.rollout.multi_turn.rollback_is_threshold",
-    "ROLLBACK_IS_CORRECTION": "++actor_rollout_ref.rollout.multi_turn.rollback_is_correction",
-}
-
-
-def setting_overrides(settings: dict[str, str]) -> list[str]:
-    """The Hydra overrides for the settings among `settings` (other entries are the process's environment)."""
-    return [f"{SETTING_KEYS[name]}={value}" for name, value in settings.items() if name in SETTING_KEYS]
-
-
 def train_one_scripted_step(
     work: Path,
     model_dir: Path,
@@ -73,7 +49,9 @@ def train_one_scripted_step(
 ) -> dict:
     """Train one step on the scripted problems; returns the run's dir, metrics per step, dumped batch and log.
 
-    `dump_env` names the variable through which the test's hook learns where to pickle the batch."""
+    `dump_env` names the variable through which the test's hook learns where to pickle the batch; `extra_env` is
+    added to the run's environment (train_cpu.sh reads only paths, the judge and RAY_NUM_CPUS from it); the test's
+    Hydra `overrides` come after the ones here, so they win."""
     from cpu_scripted_backend import BACKEND_NAME, PROBLEMS
 
     from cleaner.data.rows import read_rows, write_parquet
@@ -84,17 +62,6 @@ def train_one_scripted_step(
     ]
     assert len(rows) == len(PROBLEMS)
     write_parquet(rows, work / "train.parquet")
-    settings = {
-        "ROLLOUT_BACKEND": BACKEND_NAME,
-        "ROLLOUT_N": str(rollout_n),
-        "TRAIN_BATCH_SIZE": str(len(PROBLEMS)),
-        "TOTAL_TRAINING_STEPS": "1",
-        # The scripted trajectories are ~200 prompt and ~100 response tokens: small tensors, small micro-batches.
-        "MAX_PROMPT_LENGTH": "384",
-        "MAX_RESPONSE_LENGTH": "384",
-        "TEST_FREQ": "-1",  # no validation pass: the step is what is under test
-        **extra_env,
-    }
     env = {
         **os.environ,
         "MODEL_PATH": str(model_dir),
@@ -104,7 +71,7 @@ def train_one_scripted_step(
         "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)]),
         "VERL_USE_EXTERNAL_MODULES": "verl_cpu.plugin,cpu_scripted_backend",
         dump_env: str(work / "batch.pkl"),
-        **{name: value for name, value in extra_env.items() if name not in SETTING_KEYS},
+        **extra_env,
     }
     log_path = work / "run.log"
     args = [
@@ -113,7 +80,14 @@ def train_one_scripted_step(
         # max_prompt_length + max_response_length, and 4 x that for the reference's log-probs
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=768",
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=3072",
-        *setting_overrides(settings),
+        f"actor_rollout_ref.rollout.name={BACKEND_NAME}",
+        f"actor_rollout_ref.rollout.n={rollout_n}",
+        f"data.train_batch_size={len(PROBLEMS)}",
+        "trainer.total_training_steps=1",
+        # The scripted trajectories are ~200 prompt and ~100 response tokens: small tensors, small micro-batches.
+        "data.max_prompt_length=384",
+        "data.max_response_length=384",
+        "trainer.test_freq=-1",  # no validation pass: the step is what is under test
         *overrides,
     ]
     returncode = run_recipe(args, env, log_path)

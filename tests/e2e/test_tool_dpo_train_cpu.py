@@ -78,13 +78,13 @@ def run(tmp_path_factory, tiny_model_dir, judge_url):
     from scripted_training import train_one_scripted_step
 
     extra_env = {
-        "SAVE_FREQ": "-1",
         # v1 on CPU: TransferQueue's actors each hold a logical Ray CPU (docs/train-cpu.md)
-        "TRAINER_USE_V1": "True",
         "RAY_NUM_CPUS": "4",
         "VERL_USE_EXTERNAL_MODULES": f"verl_cpu.plugin,cpu_scripted_backend,{MODULE}",
     }
     overrides = [
+        "trainer.save_freq=-1",
+        "trainer.use_v1=True",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "algorithm.adv_estimator=grpo_tool_dpo",
         "+algorithm.use_dpo_on_tool_calls=True",

@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EVAL = ROOT / "recipe" / "cleaner" / "eval"
 CONFIGS = ROOT / "recipe" / "cleaner" / "config"
 EVAL_CPU = ROOT / "dataset" / "eval-cpu"
+
+pytestmark = pytest.mark.slow  # runs the evaluation scripts: seconds each (their DRY_RUN imports verl)
 RECORDER = """#!/usr/bin/env bash
 if [[ "$1 $2" == "-m verl.trainer.main_ppo" ]]; then
     {{ printf '%s\\n' "${{@:3}}" "ray_tmp=${{CLEANER_RAY_TMP:-}}"; echo; }} >>"{record}"

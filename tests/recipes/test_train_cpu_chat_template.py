@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cleaner.resources import PYTHON_BLOCK_ECHO_CHAT_TEMPLATE, resource_path
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_CPU = ROOT / "dataset" / "train-cpu"
+
+pytestmark = pytest.mark.slow  # each test runs train_cpu.sh's DRY_RUN, which composes verl's config: tens of seconds
 
 
 def dry_run_model_config(tmp_path: Path, **env: str) -> dict:

@@ -7,7 +7,7 @@ import pytest
 from cleaner.models.model_assets import resolve_model_path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gguf():
     """Path of the demo GGUF (Qwen2.5-Coder-0.5B-Instruct) that `make setup` assembles."""
     try:

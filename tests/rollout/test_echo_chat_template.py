@@ -57,7 +57,7 @@ def test_the_line_after_a_successful_run_repeats_the_last_printed_line(tokenizer
 
 
 def test_the_one_line_hydra_value_renders_the_same(tokenizer):
-    """recipe/cleaner/cpu_smoke.sh passes the text with its newlines made spaces, in single quotes."""
+    """recipe/cleaner/train_cpu.sh passes the file named by CHAT_TEMPLATE with its newlines made spaces, in single quotes."""
     one_line = ECHO.rstrip("\n").replace("\n", " ")
     assert "'" not in ECHO
     for tool_text in (SUCCESS, FAILURE):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import pytest
 import torch
@@ -17,6 +19,75 @@ from verl_cpu.sampling import FINISH_LENGTH, FINISH_STOP, SamplingRequest, Sampl
 from verl_cpu.server import CpuGenerationServer, rollout_dtype, sampling_request
 
 pytestmark = pytest.mark.slow  # loads a model and runs torch generation: seconds per test
+T = TypeVar("T")
+BOUND_S = 60.0  # far above any wait here on a loaded 2-core machine; a hang fails naming what it waited for
+
+
+async def bounded(awaitable: Awaitable[T], what: str) -> T:
+    try:
+        return await asyncio.wait_for(awaitable, BOUND_S)
+    except TimeoutError:
+        raise AssertionError(f"waited more than {BOUND_S:g} s for {what}") from None
+
+
+class BatchWatch:
+    """What the server's decoding loop does, as events: a call that waits for the model (`model_wanted`), each
+    admission into the batch with the weights step it happened at (`admitted_at_step`), decoding steps ended."""
+
+    def __init__(self, server: CpuGenerationServer, monkeypatch):
+        loop = asyncio.get_running_loop()
+        self.model_wanted = asyncio.Event()
+        self.admitted_at_step: list[int | None] = []
+        self.admitted = asyncio.Event()
+        self._steps_ended = 0
+        self._step_ended = asyncio.Condition()
+        watch, lock = self, server._model_lock
+        real_acquire, real_admit, real_step = lock.acquire, DecodingBatch.admit, DecodingBatch.step
+
+        async def acquire() -> bool:
+            if lock.locked():
+                watch.model_wanted.set()
+            return await real_acquire()
+
+        def admit(batch, rows, rng):
+            try:
+                return real_admit(batch, rows, rng)
+            finally:  # runs in the server's worker thread
+                loop.call_soon_threadsafe(watch._on_admit, server.weights_step)
+
+        def step(batch):
+            try:
+                return real_step(batch)
+            finally:
+                loop.call_soon_threadsafe(lambda: asyncio.ensure_future(watch._on_step()))
+
+        monkeypatch.setattr(lock, "acquire", acquire)
+        monkeypatch.setattr(DecodingBatch, "admit", admit)
+        monkeypatch.setattr(DecodingBatch, "step", step)
+
+    def _on_admit(self, weights_step: int | None) -> None:
+        self.admitted_at_step.append(weights_step)
+        self.admitted.set()
+
+    async def _on_step(self) -> None:
+        async with self._step_ended:
+            self._steps_ended += 1
+            self._step_ended.notify_all()
+
+    async def steps_after(self, count: int) -> None:
+        """Return once `count` more decoding steps have ended."""
+        async with self._step_ended:
+            target = self._steps_ended + count
+            await self._step_ended.wait_for(lambda: self._steps_ended >= target)
+
+
+async def _decoding_call(server, watch: BatchWatch, prompt: list[int], max_tokens: int) -> asyncio.Task:
+    """A call that decodes `max_tokens` tokens (no stop), returned once it is in the batch."""
+    call = asyncio.create_task(
+        server.generate(prompt, {**SAMPLED, "max_tokens": max_tokens, "ignore_eos": True}, request_id="long")
+    )
+    await bounded(watch.admitted.wait(), "the first call to be admitted into the batch")
+    return call
 
 
 @pytest.fixture(scope="module")
@@ -144,18 +215,21 @@ async def test_server_batches_concurrent_requests_and_serves_synced_weights(
 
 
 async def test_generation_waits_for_a_weight_sync_and_a_failed_sync_stops_the_server(
-    make_server, tiny_model_dir, tokenizer
+    make_server, tiny_model_dir, tokenizer, monkeypatch
 ):
     server = make_server()
     await server.launch()
+    watch = BatchWatch(server, monkeypatch)
     prompt = _prompt(tokenizer, "hello")
     await server.begin_weight_update()
     waiting = asyncio.create_task(server.generate(prompt, dict(GREEDY), request_id="during-sync"))
+    await bounded(watch.model_wanted.wait(), "the call to wait for the model behind the sync")
     await server.load_weights({"lm_head.weight": torch.zeros_like(server.model.lm_head.weight)})
-    await asyncio.sleep(0.1)
-    assert not waiting.done()  # nothing samples from a half-synced model
+    assert not waiting.done() and watch.admitted_at_step == []  # nothing samples from a half-synced model
     await server.finish_weight_update(7)
-    assert (await waiting).extra_fields["global_steps"] == 7
+    output = await bounded(waiting, "the call after the sync")
+    assert watch.admitted_at_step == [7] and output.extra_fields["global_steps"] == 7
+    assert set(output.token_ids) == {0}  # sampled from the synced all-zero lm_head: every token equally likely
 
     adapter = CpuServerAdapter(RolloutConfig(), ModelConfig(tiny_model_dir, tokenizer), None, replica_rank=0)
     adapter._server = _LocalHandle(server)
@@ -409,40 +483,40 @@ def test_a_joining_row_continues_its_cached_prefix_and_the_batch_narrows_when_lo
     _assert_as_alone(model, follow_up, finished["follow_up"])
 
 
-async def test_a_call_arriving_mid_batch_joins_it_and_a_sync_waits_for_the_batch_to_drain(make_server, tokenizer):
+async def test_a_call_arriving_mid_batch_joins_it_and_a_sync_waits_for_the_batch_to_drain(
+    make_server, tokenizer, monkeypatch
+):
     server = make_server(response_length=400, max_new_tokens=400)
     await server.launch()
+    watch = BatchWatch(server, monkeypatch)
     prompt = _prompt(tokenizer, "hello")
-    long = asyncio.create_task(
-        server.generate(prompt, {**SAMPLED, "max_tokens": 300, "ignore_eos": True}, request_id="long")
-    )
-    while not server.stats["prefills"]:
-        await asyncio.sleep(0.01)
+    long = await _decoding_call(server, watch, prompt, max_tokens=300)
     short = asyncio.create_task(server.generate(prompt, {**SAMPLED, "max_tokens": 3}, request_id="short"))
-    await short
+    await bounded(short, "the short call")
     assert not long.done()  # the short call did not wait for the long one's batch to end
     assert server.stats["prefills"] == 2
 
     sync = asyncio.create_task(server.begin_weight_update())
-    await asyncio.sleep(0.05)
+    await bounded(watch.model_wanted.wait(), "the sync to wait for the decoding batch")
     after_sync = asyncio.create_task(server.generate(prompt, {**SAMPLED, "max_tokens": 3}, request_id="after"))
-    await asyncio.sleep(0.2)
-    assert not sync.done() and not after_sync.done()  # the sync waits for the long row, the new call for the sync
-    assert len((await long).token_ids) == 300
-    await sync
+    await asyncio.sleep(0)  # the call queues itself
+    await bounded(watch.steps_after(2), "two decoding steps after the new call was queued")
+    # The sync waits for the long row, the new call for the sync: it was not let into the batch.
+    assert not sync.done() and not after_sync.done() and watch.admitted_at_step == [None, None]
+    assert len((await bounded(long, "the long call")).token_ids) == 300
+    await bounded(sync, "the sync once the batch drained")
     await server.finish_weight_update(5)
-    assert (await after_sync).extra_fields["global_steps"] == 5  # sampled from the synced weights only
+    assert (await bounded(after_sync, "the call after the sync")).extra_fields["global_steps"] == 5
+    assert watch.admitted_at_step == [None, None, 5]  # sampled from the synced weights only
 
 
-async def test_a_request_that_fails_to_prefill_fails_alone_and_the_decoding_rows_finish(make_server, tokenizer):
+async def test_a_request_that_fails_to_prefill_fails_alone_and_the_decoding_rows_finish(
+    make_server, tokenizer, monkeypatch
+):
     server = make_server(response_length=400, max_new_tokens=400)
     await server.launch()
     prompt = _prompt(tokenizer, "hello")
-    decoding = asyncio.create_task(
-        server.generate(prompt, {**SAMPLED, "max_tokens": 100, "ignore_eos": True}, request_id="ok")
-    )
-    while not server.stats["prefills"]:
-        await asyncio.sleep(0.01)
+    decoding = await _decoding_call(server, BatchWatch(server, monkeypatch), prompt, max_tokens=100)
     out_of_vocabulary = [len(tokenizer) + 10**6]
     with pytest.raises(IndexError):
         await server.generate(prompt + out_of_vocabulary, dict(SAMPLED), request_id="bad")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
 
-def _run_smoke(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[int]]:
+def _run_train_cpu(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[int]]:
     """Run the recipe in a session of its own; return its result and the pids still in that session afterwards."""
     process = subprocess.Popen(
         [str(ROOT / "recipe/cleaner/train_cpu.sh")],
@@ -47,7 +47,7 @@ def test_a_directory_that_is_not_a_model_is_named_before_anything_starts(tmp_pat
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
     (not_a_model / "notes.txt").write_text("no config.json here")
-    result, left = _run_smoke(tmp_path, MODEL_PATH=str(not_a_model))
+    result, left = _run_train_cpu(tmp_path, MODEL_PATH=str(not_a_model))
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(not_a_model) in errors[0] and "config.json" in errors[0], result.stderr
@@ -59,7 +59,7 @@ def test_an_unreachable_judge_stops_the_run_before_verl_starts(tmp_path, tiny_mo
     from code_judge.local import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
-    result, left = _run_smoke(tmp_path, MODEL_PATH=str(tiny_model_dir), JUDGE_URL=url)
+    result, left = _run_train_cpu(tmp_path, MODEL_PATH=str(tiny_model_dir), JUDGE_URL=url)
     assert result.returncode == 1
     assert f"judge: no answer from {url}/ping" in result.stderr, result.stderr
     assert "ray init" not in result.stdout + result.stderr
