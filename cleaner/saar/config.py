@@ -46,6 +46,9 @@ class SaarConfig:
     # or their mean clamped to [-3, 3] (the reference's development code, where their recipe's τ = 0.5 comes from).
     rollback_is_statistic: str = "sequence"
     rollback_is_measure: bool = False  # score every splice and record its log IS ratio, but always replace
+    # Scoring requests (prompt-log-prob prefills) in flight at once from one agent-loop worker process; each is a full
+    # prefill whose logits live outside the engine's static memory budget (docs/saar.md "Scoring cost and memory").
+    rollback_is_max_concurrent_scoring: int = 8
     rollback_is_correction: bool = (
         False  # Plan C: replace, and let verl's token-level rollout IS correct the spliced tokens
     )
@@ -103,6 +106,11 @@ class SaarConfig:
         )
         _require(isinstance(self.rollback_is_measure, bool), "rollback_is_measure must be true or false")
         _require(isinstance(self.rollback_is_correction, bool), "rollback_is_correction must be true or false")
+        _require(
+            _is_int(self.rollback_is_max_concurrent_scoring) and self.rollback_is_max_concurrent_scoring >= 1,
+            "rollback_is_max_concurrent_scoring must be an integer >= 1, "
+            f"got {self.rollback_is_max_concurrent_scoring!r}",
+        )
         _require(
             _is_int(self.rollback_after_errors) and self.rollback_after_errors >= 1,
             f"rollback_after_errors must be an integer >= 1, got {self.rollback_after_errors!r}",
