@@ -203,7 +203,7 @@ async def test_a_splice_the_gate_cannot_score_is_appended_and_the_trajectory_tra
 async def test_a_nan_sampled_log_prob_is_a_scoring_failure_never_a_decision(qwen3_tokenizer):
     """At T = 1 the sampled log-probs are the behaviour side; one NaN among them (a float16 overflow) makes the score
     not exist: the gate appends, `scoring_failed` counts it, and the trajectory trains."""
-    nan_retry = ScriptedTurn(text=SHALLOW[1].text, log_prob=math.nan)
+    nan_retry = ScriptedTurn(text=SHALLOW[1], log_prob=math.nan)
     script = [SHALLOW[0], nan_retry, *SHALLOW[2:]]
     output, server = await run(qwen3_tokenizer, script, rollback_is_threshold=0.5, drop_infra_error_trajectories=True)
     f = output.extra_fields
