@@ -145,6 +145,8 @@ class ScriptedLLMServer:
         self._compiled: dict[str, list[list[int]]] = {}
         self._stop_reasons: dict[str, list[str]] = {}
         self._log_probs: dict[str, list[float | None]] = {}
+        self._scoring_in_flight = 0
+        self.max_scoring_in_flight = 0  # the most scoring requests the server held at once (with `delay_s`)
         self._cursors: dict[str, _Cursor] = {}
         for marker, turns in list(self.scripts.items()):
             self.add_script(marker, turns)
@@ -190,9 +192,15 @@ class ScriptedLLMServer:
         return cursor
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        if sampling_params.get("prompt_logprobs") is not None:
+        scoring = sampling_params.get("prompt_logprobs") is not None
+        self._scoring_in_flight += scoring
+        self.max_scoring_in_flight = max(self.max_scoring_in_flight, self._scoring_in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+        finally:
+            self._scoring_in_flight -= scoring
+        if scoring:
             return self._score(request_id, list(prompt_ids), dict(sampling_params))
         cursor = self._bind(request_id, prompt_ids)
         turns = self._compiled[cursor.marker]

@@ -8,6 +8,7 @@ Real verl ToolAgentLoop machinery, the real Qwen3 tokenizer, the scripted server
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -233,6 +234,27 @@ async def test_measuring_with_three_aborts_purifies_as_unmeasured_and_trains_the
     assert (f["saar_rollbacks_shallow"], f["saar_is_scored"]) == (1, 0)
     [event] = f["saar_rollback_events"]
     assert (event["is_failure"], event["is_decision"]) == ("aborted", None)
+
+
+@pytest.mark.parametrize(("limit", "bounded"), [(1, True), (8, False)])
+async def test_scoring_requests_in_flight_are_bounded_per_worker(qwen3_tokenizer, limit, bounded):
+    """Four trajectories recover in lockstep on a slow server: with rollback_is_max_concurrent_scoring=1 their
+    scoring prefills go one at a time, and every splice is still scored."""
+    config = agent_loop_config(
+        enable_tool_rollback=True, rollback_is_measure=True, rollback_is_max_concurrent_scoring=limit
+    )
+    markers = [f"{MARKER}-{index}" for index in range(4)]
+    server = ScriptedLLMServer(qwen3_tokenizer, {marker: SHALLOW for marker in markers}, delay_s=0.01)
+    params = training_sampling_params(config)
+
+    async def trajectory(index: int, marker: str):
+        loop = build_agent_loop(CleanerToolAgentLoop, config, server, qwen3_tokenizer, [scripted_python_tool()])
+        prompt = [{"role": "user", "content": f"{marker}: compute the total of 1..10 with Python."}]
+        return await loop.run(params, raw_prompt=prompt, tools_kwargs={}, extra_info={}, index=index)
+
+    outputs = await asyncio.gather(*(trajectory(index, marker) for index, marker in enumerate(markers)))
+    assert [output.extra_fields["saar_is_scored"] for output in outputs] == [1] * len(markers)
+    assert (server.max_scoring_in_flight == 1) is bounded and server.max_scoring_in_flight <= limit
 
 
 async def test_a_completed_answer_without_prompt_logprobs_is_a_config_error(qwen3_tokenizer):
