@@ -453,7 +453,11 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             content, parsed = await self._parse_turn(agent_data, result.turn_ids)
         if not _same_calls(parsed, calls):
             raise RuntimeError(f"{AGENT_NAME}: the purified turn does not parse to the calls that were executed")
-        score, decision, scoring_error = await self._gate_splice(agent_data, result, replacement)
+        scored = result
+        if mode == "shallow" and self.saar_config.rollback_is_shallow_span == "turn":
+            # the whole new turn, in the context a deep splice would give it: the span the reference's gate scores
+            scored = splice(*stream, lengths, failed_turn, new_turn, "deep")
+        score, decision, scoring_error = await self._gate_splice(agent_data, scored, replacement)
         if decision == "append":
             # The failure stays: failed turn, its error and the retry, as without SAAR (all on-policy).
             self.policy.on_appended(mode, similarity, replacement_code, score, scoring_error)
@@ -492,8 +496,9 @@ class CleanerToolAgentLoop(ToolAgentLoop):
     async def _gate_splice(
         self, agent_data: AgentData, result: SpliceResult, replacement: TurnRecord
     ) -> tuple[offpolicy.IsScore | None, IsDecision | None, offpolicy.ScoringFailure | None]:
-        """Score the splice (with the gate or the measurement on) and decide: (score, decision, scoring failure).
-        A splice that cannot be scored gets the gate's fallback (append: nothing unscored is spliced in)."""
+        """Score the spliced tokens of `result` (with the gate or the measurement on) and decide: (score, decision,
+        scoring failure). A splice that cannot be scored gets the gate's fallback (append: nothing unscored is
+        spliced in)."""
         if not self.saar_config.scores_splices:
             return None, None, None
         spliced = result.spliced_end - result.spliced_start

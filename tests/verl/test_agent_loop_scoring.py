@@ -152,6 +152,22 @@ async def test_without_sampled_log_probs_t1_scores_the_error_context_too(qwen3_t
     assert len(server.score_requests) == 2 and output.extra_fields["saar_is_scored"] == 1
 
 
+@pytest.mark.parametrize("span", ["call", "turn"])
+async def test_a_shallow_splice_scores_its_call_or_the_whole_new_turn_as_the_reference(qwen3_tokenizer, span):
+    """`turn` scores the retry's reasoning and call where a deep splice would put them (the reference's gate, always
+    deep); the splice made is the shallow one either way."""
+    output, server = await run(qwen3_tokenizer, SHALLOW, rollback_is_measure=True, rollback_is_shallow_span=span)
+    paper, _ = await run(qwen3_tokenizer, SHALLOW)
+    assert_same_tokens(output, paper)
+    [event] = output.extra_fields["saar_rollback_events"]
+    [[start, end, _, kind]] = output.extra_fields["saar_spliced_spans"]
+    retry = server.requests_for(MARKER)[1]
+    assert kind == "shallow" and event["mode"] == "shallow"
+    assert event["is_tokens"] == (end - start if span == "call" else len(retry.token_ids))
+    [purified] = server.score_requests
+    assert ("The name was wrong." in qwen3_tokenizer.decode(purified.prompt_ids)) is (span == "turn")
+
+
 # ---- scoring failures ------------------------------------------------------------------------------------
 
 
