@@ -29,6 +29,7 @@ from cleaner.models.qwen3_tokenizer import load_qwen3_tokenizer  # noqa: E402
 from cleaner.saar.boundary import BoundaryFinder, CallMarkers, markers_for_format  # noqa: E402
 from cleaner.saar.outcome import TOOL_OUTCOME_KEY, ErrorCategory, ToolOutcome  # noqa: E402
 from cleaner.saar.splice import GeneratedTurn, StreamLengths, splice  # noqa: E402
+from cleaner.verl.hand_built_loop import agent_loop_config, build_agent_loop  # noqa: E402
 
 FENCE = CallMarkers(start="```python", end="```")
 
@@ -155,61 +156,16 @@ def replay_tool():
         return ReplayTool({"type": "native"}, OpenAIFunctionToolSchema.model_validate(schema))
 
 
-def trainer_config(enable_tool_rollback: bool):
-    """The part of verl's trainer config an agent loop reads (training sampling at temperature 1)."""
-    from omegaconf import OmegaConf
-
-    multi_turn = {
-        "enable": True,
-        "max_assistant_turns": None,
-        "max_user_turns": None,
-        "max_parallel_calls": 1,
-        "max_tool_response_length": 256,
-        "tool_response_truncate_side": "middle",
-        "format": "hermes",
-        "enable_tool_rollback": enable_tool_rollback,
-    }
-    rollout = {
-        "prompt_length": 2048,
-        "response_length": 4096,
-        "full_determinism": False,
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "top_k": -1,
-        "calculate_log_probs": True,
-        "val_kwargs": {"temperature": 1.0, "top_p": 0.6, "top_k": -1, "n": 1, "do_sample": True},
-        "multi_turn": multi_turn,
-    }
-    return OmegaConf.create({"actor_rollout_ref": {"rollout": rollout}, "data": {"apply_chat_template_kwargs": {}}})
-
-
-def build_loop(loop_cls, config, server, tokenizer, tool):
-    """An agent loop built the way verl's worker builds it (keyword arguments, wrapped config and tools)."""
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
-    from verl.utils.dataset.rl_dataset import RLHFDataset
-
-    return loop_cls(
-        trainer_config=DictConfigWrap(config),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(config.data),
-        hf_model_type="qwen3",
-        tools=ToolListWrap([tool]),
-    )
-
-
 async def run_trajectories(tokenizer, loop_cls, enable: bool, count: int) -> float:
     """Process CPU seconds per trajectory for `count` sequential trajectories."""
-    config = trainer_config(enable)
+    config = agent_loop_config(enable_tool_rollback=enable)
     tool = replay_tool()
     turns = [tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id] for text in generations()]
     prompt = [{"role": "user", "content": "What is the sum and the product of 3, 5, 7?"}]
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
     started = time.process_time()
     for i in range(count):
-        loop = build_loop(loop_cls, config, ReplayServer(turns), tokenizer, tool)
+        loop = build_agent_loop(loop_cls, config, ReplayServer(turns), tokenizer, [tool])
         output = await loop.run(params, raw_prompt=prompt, tools_kwargs={}, extra_info={}, index=i)
     elapsed = time.process_time() - started
     recovered = output.extra_fields.get("saar_rollbacks_recovered", 0)

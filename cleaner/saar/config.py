@@ -18,6 +18,9 @@ from cleaner.saar.similarity import SIMILARITIES
 
 # What stays of a failing position whose retries never succeeded: only its last attempt (the reference) or all.
 EXHAUSTED_KEEP_MODES = ("last", "all")
+# What the gate and the measurement score for a shallow splice: the spliced call tokens, or the whole new turn in
+# the context a deep splice would give it (the reference's gate, which always splices deep).
+SHALLOW_SCORED_SPANS = ("call", "turn")
 
 
 class SaarConfigError(ValueError):
@@ -46,6 +49,10 @@ class SaarConfig:
     # or their mean clamped to [-3, 3] (the reference's development code, where their recipe's τ = 0.5 comes from).
     rollback_is_statistic: str = "sequence"
     rollback_is_measure: bool = False  # score every splice and record its log IS ratio, but always replace
+    # Scoring requests (prompt-log-prob prefills) in flight at once from one agent-loop worker process; each is a full
+    # prefill whose logits live outside the engine's static memory budget (docs/saar.md "Scoring cost and memory").
+    rollback_is_max_concurrent_scoring: int = 8
+    rollback_is_shallow_span: str = "call"  # a shallow splice is scored on its call tokens ("call") or whole turn
     rollback_is_correction: bool = (
         False  # Plan C: replace, and let verl's token-level rollout IS correct the spliced tokens
     )
@@ -103,6 +110,20 @@ class SaarConfig:
         )
         _require(isinstance(self.rollback_is_measure, bool), "rollback_is_measure must be true or false")
         _require(isinstance(self.rollback_is_correction, bool), "rollback_is_correction must be true or false")
+        _require(
+            self.rollback_is_shallow_span in SHALLOW_SCORED_SPANS,
+            f"rollback_is_shallow_span must be one of {list(SHALLOW_SCORED_SPANS)}, got {self.rollback_is_shallow_span!r}",
+        )
+        _require(
+            self.rollback_is_shallow_span == "call" or self.scores_splices,
+            "rollback_is_shallow_span=turn chooses what the gate or the measurement scores; without "
+            "rollback_is_threshold or rollback_is_measure it has no effect",
+        )
+        _require(
+            _is_int(self.rollback_is_max_concurrent_scoring) and self.rollback_is_max_concurrent_scoring >= 1,
+            "rollback_is_max_concurrent_scoring must be an integer >= 1, "
+            f"got {self.rollback_is_max_concurrent_scoring!r}",
+        )
         _require(
             _is_int(self.rollback_after_errors) and self.rollback_after_errors >= 1,
             f"rollback_after_errors must be an integer >= 1, got {self.rollback_after_errors!r}",

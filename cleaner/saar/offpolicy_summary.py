@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
+from cleaner.saar.offpolicy import SCORING_FAILURE_KINDS
+
 # The Plan B gate's scale: spans whose IS ratio leaves [0.5, 2] are the ones a gate or a truncation acts on.
 LOW_IS, HIGH_IS = 0.5, 2.0
 SPAN_QUANTILES = (10, 50, 90)  # percent, of per-span log IS
@@ -162,4 +164,18 @@ def gate_metrics(splices: Sequence[ScoredSplice]) -> dict[str, float]:
         metrics["log_ratio_per_token_mean"] = math.fsum(s.log_is for s in counted) / sum(s.tokens for s in counted)
         per_token = [splice.per_token for splice in counted]
         metrics.update({f"per_token_p{q}": quantile(per_token, q / 100) for q in SPAN_QUANTILES})
+    return metrics
+
+
+def scoring_failure_metrics(events: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """`scoring_failed`: positions that could not be scored (the gate appended them; measured ones were purified
+    unmeasured), and `scoring_failed/<kind>` by why (`cleaner.saar.offpolicy.SCORING_FAILURE_KINDS`). Every key is
+    present (0 when nothing failed) once a position was scored or failed; empty when none was."""
+    events = list(events)
+    if not any(event.get("log_is_ratio") is not None or event.get("is_error") is not None for event in events):
+        return {}
+    failed = [event for event in events if event.get("is_error") is not None]
+    metrics = {"scoring_failed": float(len(failed))}
+    for kind in SCORING_FAILURE_KINDS:
+        metrics[f"scoring_failed/{kind}"] = float(sum(event.get("is_failure") == kind for event in failed))
     return metrics

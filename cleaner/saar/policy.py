@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from cleaner.saar import offpolicy
 from cleaner.saar.config import SaarConfig
-from cleaner.saar.offpolicy import IsScore
+from cleaner.saar.offpolicy import IsScore, ScoringFailure
 from cleaner.saar.outcome import ErrorCategory, OutcomeKind, ToolOutcome
 from cleaner.saar.similarity import SIMILARITIES
 from cleaner.saar.splice import SpliceMode
@@ -193,6 +193,13 @@ class RollbackPolicy:
             return None
         return offpolicy.gate(score, threshold, self.config.rollback_is_statistic)
 
+    def unscored_decision(self, failure: ScoringFailure) -> IsDecision | None:
+        """Count a scoring failure and give the gate's decision for the unscored position: append, so every trained
+        token stays where it was sampled (the reference's gate replaces instead); None without a gate (measuring
+        only: the position is purified as it would be unmeasured)."""
+        self.on_scoring_failed(failure)
+        return "append" if self.config.rollback_is_threshold is not None else None
+
     def on_purified(
         self,
         mode: SpliceMode,
@@ -201,7 +208,7 @@ class RollbackPolicy:
         mentions_error: bool,
         score: IsScore | None = None,
         decision: IsDecision | None = None,
-        scoring_error: str | None = None,
+        scoring_error: ScoringFailure | None = None,
     ) -> RollbackEvent:
         """The successful retry was spliced in (`mode`); `score`/`decision` if it was scored and gated."""
         event = self._recovered(mode, similarity, replacement_code, score, decision, scoring_error)
@@ -220,7 +227,7 @@ class RollbackPolicy:
         similarity: float,
         replacement_code: str,
         score: IsScore | None,
-        scoring_error: str | None = None,
+        scoring_error: ScoringFailure | None = None,
     ) -> RollbackEvent:
         """The gate kept the failure: the retry stays after it, as in the baseline (`mode`: the splice it scored).
         Without a score (`scoring_error`) the gate keeps it too: nothing unscored is spliced in."""
@@ -235,7 +242,7 @@ class RollbackPolicy:
         replacement_code: str,
         score: IsScore | None,
         decision: IsDecision | None,
-        scoring_error: str | None,
+        scoring_error: ScoringFailure | None,
     ) -> RollbackEvent:
         assert self.open is not None, "a recovered position without an open position"
         event = self.open.event
@@ -249,7 +256,9 @@ class RollbackPolicy:
         self._consecutive_failures = 0
         return event
 
-    def on_exhausted_scored(self, score: IsScore | None, decision: IsDecision | None, error: str | None = None) -> None:
+    def on_exhausted_scored(
+        self, score: IsScore | None, decision: IsDecision | None, error: ScoringFailure | None = None
+    ) -> None:
         """The kept last attempt of the position given up last (`closed`, kept "last") was scored (or its scoring
         failed: `error`). An append keeps every attempt instead, as `rollback_exhausted_keep: all` would."""
         assert self.closed is not None and self.closed.event.kept == "last", "no exhausted position keeps its last"
@@ -261,17 +270,23 @@ class RollbackPolicy:
         self.stats.planb_exhausted_appends += int(decision == "append")
         self.stats.planb_exhausted_replaces += int(decision == "replace")
 
-    def on_scoring_failed(self, error: str) -> None:
-        """A splice's scoring kept failing: the trajectory carries an infrastructure error (it is not the model's)."""
+    def on_scoring_failed(self, failure: ScoringFailure) -> None:
+        """A score could not be had. The measurement failed, not the trajectory: counted (`saar_fail_scoring_failed`,
+        and on the position's event, which records `failure`), never an infrastructure error, so the trajectory
+        trains as the gate's fallback (append) or the measurement (replace) leaves it."""
         self.stats.count_failure(ErrorCategory.SCORING_FAILED)
-        self.stats.infra_errors += 1
-        logger.warning("SAAR: scoring failed, the trajectory is marked as an infrastructure error: %s", error)
+        logger.warning("SAAR: scoring failed (%s), the position is not scored: %s", failure.kind, failure.message)
 
     def _record_score(
-        self, event: RollbackEvent, score: IsScore | None, decision: IsDecision | None, error: str | None = None
+        self,
+        event: RollbackEvent,
+        score: IsScore | None,
+        decision: IsDecision | None,
+        error: ScoringFailure | None = None,
     ) -> None:
         event.is_decision = decision
-        event.is_error = error
+        if error is not None:
+            event.is_error, event.is_failure = error.message, error.kind
         if decision is not None and score is not None:
             event.is_statistic = self.config.rollback_is_statistic
             event.is_statistic_value = score.statistic(self.config.rollback_is_statistic)

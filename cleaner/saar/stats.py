@@ -99,7 +99,8 @@ class RollbackEvent:
     is_decision: IsDecision | None = None
     is_statistic: str | None = None  # what the gate compared with log τ: "sequence" (the sum) or "token_mean"
     is_statistic_value: float | None = None  # its value (the sum, or the mean clamped to [-3, 3])
-    is_error: str | None = None  # scoring failed after its retries (an infrastructure error of the trajectory)
+    is_error: str | None = None  # the position could not be scored: what happened (the gate then appended)
+    is_failure: str | None = None  # ... and why: "aborted", "refused" or "non_finite" (offpolicy.ScoringFailure)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

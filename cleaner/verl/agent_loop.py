@@ -15,8 +15,9 @@ policy rolls back. See docs/saar.md for the rules; in short, when SAAR is active
   sampled).
 - A position that ends unrecovered keeps only its last attempt (`rollback_exhausted_keep: last`); under the gate
   that attempt is scored in its purified context first, and below the threshold every attempt stays.
-- A scoring request the server aborts is sent again; one that keeps failing marks the trajectory as an
-  infrastructure error, and the gate then keeps the failure (nothing unscored is spliced in).
+- Scoring requests live in `cleaner.verl.scoring`. A position that cannot be scored (aborted every time, refused, a
+  non-finite log-prob) is counted, never an infrastructure error: the gate then keeps the failure (append: nothing
+  unscored is spliced in) and the measurement purifies as it would unmeasured; the trajectory trains either way.
 - Infrastructure errors are never rolled back; they are counted and mark the trajectory.
 With SAAR inactive (disabled, gated off, or validation) verl's own methods run unchanged; only the
 statistics are collected.
@@ -54,7 +55,7 @@ from cleaner.saar.stats import IsDecision, SplicedSpan, TrajectoryStats
 
 # Modules, not names: importing one of these first imports verl, whose plugin loader imports this module
 # while that one is still half-initialized; its names are looked up when a trajectory runs, by then complete.
-from cleaner.verl import bad_call_parser, tool_execution
+from cleaner.verl import bad_call_parser, scoring, tool_execution
 from cleaner.verl.tool_dpo import negative_outputs
 from cleaner.verl.turn_recorder import TurnRecorder
 from cleaner.verl.validation_flag import VALIDATING
@@ -106,10 +107,6 @@ _CONFIG_CACHE_SIZE = 8
 _FINDER_CACHE_SIZE = 8
 _OCCURRENCE_KEYS = 65536
 
-# A scoring prefill the server aborts (vLLM: paused for a weight sync or refused admission; SGLang: its prompt-log-prob
-# extraction raises) is sent this many times in all before the trajectory is marked as an infrastructure error.
-SCORING_ATTEMPTS = 3
-
 _saar_configs: OrderedDict[int, tuple[Any, SaarConfig]] = OrderedDict()
 _occurrences: OrderedDict[str, int] = OrderedDict()
 
@@ -154,15 +151,6 @@ def next_occurrence(key: str) -> int:
     if len(_occurrences) > _OCCURRENCE_KEYS:
         _occurrences.popitem(last=False)
     return occurrence
-
-
-class ScoringFailed(Exception):
-    """Every scoring request of one splice was aborted or raised: transient, the trajectory's infrastructure error."""
-
-
-def _aborted(output: Any) -> bool:
-    """verl's servers answer an aborted request with no tokens (vLLM adds stop_reason "aborted")."""
-    return output.stop_reason == "aborted" or not output.token_ids
 
 
 def _same_calls(parsed: Sequence[FunctionCall], executed: Sequence[FunctionCall]) -> bool:
@@ -465,7 +453,11 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             content, parsed = await self._parse_turn(agent_data, result.turn_ids)
         if not _same_calls(parsed, calls):
             raise RuntimeError(f"{AGENT_NAME}: the purified turn does not parse to the calls that were executed")
-        score, decision, scoring_error = await self._gate_splice(agent_data, result, replacement)
+        scored = result
+        if mode == "shallow" and self.saar_config.rollback_is_shallow_span == "turn":
+            # the whole new turn, in the context a deep splice would give it: the span the reference's gate scores
+            scored = splice(*stream, lengths, failed_turn, new_turn, "deep")
+        score, decision, scoring_error = await self._gate_splice(agent_data, scored, replacement)
         if decision == "append":
             # The failure stays: failed turn, its error and the retry, as without SAAR (all on-policy).
             self.policy.on_appended(mode, similarity, replacement_code, score, scoring_error)
@@ -503,9 +495,10 @@ class CleanerToolAgentLoop(ToolAgentLoop):
 
     async def _gate_splice(
         self, agent_data: AgentData, result: SpliceResult, replacement: TurnRecord
-    ) -> tuple[offpolicy.IsScore | None, IsDecision | None, str | None]:
-        """Score the splice (with the gate or the measurement on) and decide: (score, decision, scoring error).
-        A scoring that keeps failing gives no score; the gate then appends (nothing unscored is spliced in)."""
+    ) -> tuple[offpolicy.IsScore | None, IsDecision | None, offpolicy.ScoringFailure | None]:
+        """Score the spliced tokens of `result` (with the gate or the measurement on) and decide: (score, decision,
+        scoring failure). A splice that cannot be scored gets the gate's fallback (append: nothing unscored is
+        spliced in)."""
         if not self.saar_config.scores_splices:
             return None, None, None
         spliced = result.spliced_end - result.spliced_start
@@ -513,73 +506,28 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         sampled_end = replacement.before.ids + len(replacement.ids)
         sampled = replacement.logprobs[len(replacement.ids) - spliced :] if replacement.logprobs else None
         try:
-            score = await self._score_tokens(
-                agent_data,
-                purified=(result.ids, range(end - spliced, end)),
-                error_context=(agent_data.prompt_ids[:sampled_end], range(sampled_end - spliced, sampled_end)),
+            score = await self._scorer().score(
+                agent_data.request_id,
+                agent_data.metrics,
+                purified=scoring.ScoredTokens(result.ids, range(end - spliced, end)),
+                error_context=scoring.ScoredTokens(
+                    agent_data.prompt_ids[:sampled_end], range(sampled_end - spliced, sampled_end)
+                ),
                 sampled_logprobs=sampled,
             )
-        except ScoringFailed as error:
-            self.policy.on_scoring_failed(str(error))
-            return None, "append" if self.saar_config.rollback_is_threshold is not None else None, str(error)
+        except scoring.ScoringFailed as error:
+            return None, self.policy.unscored_decision(error.failure), error.failure
         return score, self.policy.is_decision(score), None
 
-    async def _score_tokens(
-        self,
-        agent_data: AgentData,
-        purified: tuple[list[int], Sequence[int]],
-        error_context: tuple[list[int], Sequence[int]],
-        sampled_logprobs: Sequence[float] | None,
-    ) -> offpolicy.IsScore:
-        """Per-token log ratios of tokens sampled in `error_context` (a stream and their indices in it) and trained
-        in `purified`: the target side is a prompt-log-prob prefill of the purified stream. The behaviour side is
-        the log-probs the tokens were sampled with where those are of the raw temperature-1 distribution the
-        engines' prompt log-probs use; otherwise (T != 1, top-k/top-p, no sampled log-probs) a second prefill of
-        the error context, so both sides are of one distribution."""
-        target = offpolicy.logprobs_at(await self._prompt_logprobs(agent_data, purified[0]), purified[1])
-        if sampled_logprobs is not None and offpolicy.sampled_logprobs_are_raw(self._sampling_params):
-            behaviour = list(sampled_logprobs)
-        else:
-            stream, indices = error_context
-            behaviour = offpolicy.logprobs_at(await self._prompt_logprobs(agent_data, stream), indices)
-        return offpolicy.token_log_ratios(target, behaviour)
-
-    async def _prompt_logprobs(self, agent_data: AgentData, ids: list[int]) -> list[float]:
-        """Per-token log-probs of `ids` from the trajectory's own server (same request id, so the same replica).
-
-        An aborted answer, or an exception from the server (SGLang's adapter raises on an aborted prompt-log-prob
-        request), is transient: sent again, then `ScoringFailed`. A completed answer without prompt log-probs is a
-        backend that cannot serve the setting: `SaarConfigError`, naming the key."""
-        failure = ""
-        for attempt in range(1, SCORING_ATTEMPTS + 1):
-            try:
-                with simple_timer("generate_sequences", agent_data.metrics):  # inference time, like the generations
-                    output = await self.server_manager.generate(
-                        request_id=agent_data.request_id,
-                        prompt_ids=list(ids),
-                        sampling_params=offpolicy.scoring_params(self._sampling_params),
-                    )
-            except Exception as error:
-                failure = f"{type(error).__name__}: {error}"
-            else:
-                if not _aborted(output):
-                    return self._token_logprobs(output, len(ids))
-                failure = f"aborted (stop_reason={output.stop_reason!r}, {len(output.token_ids)} tokens)"
-            logger.warning("%s: scoring request %d/%d failed: %s", AGENT_NAME, attempt, SCORING_ATTEMPTS, failure)
-        raise ScoringFailed(f"{SCORING_ATTEMPTS} scoring requests failed, the last: {failure}")
-
-    def _token_logprobs(self, output: Any, length: int) -> list[float]:
-        try:
-            return offpolicy.prompt_token_logprobs(output.extra_fields, length)
-        except offpolicy.PromptLogprobsError as error:
-            key = (
-                "rollback_is_threshold" if self.saar_config.rollback_is_threshold is not None else "rollback_is_measure"
-            )
-            raise SaarConfigError(
-                f"actor_rollout_ref.rollout.multi_turn.{key} needs an inference server that returns prompt log-probs "
-                f"(sampling param prompt_logprobs: verl's vLLM and SGLang servers and the `cpu` rollout do): {error}. "
-                f"Unset {key} or use such a backend."
-            ) from error
+    def _scorer(self) -> scoring.SpliceScorer:
+        rollout = self.rollout_config
+        return scoring.SpliceScorer(
+            self.saar_config,
+            self.server_manager,
+            self._sampling_params,
+            engine=rollout.get("name"),
+            logprobs_mode=rollout.get("logprobs_mode"),
+        )
 
     async def _parse_turn(self, agent_data: AgentData, turn_ids: list[int]) -> tuple[str, list[FunctionCall]]:
         active_tools = getattr(agent_data, "_active_tools", self.tools)
@@ -617,16 +565,16 @@ class CleanerToolAgentLoop(ToolAgentLoop):
         purified = agent_data.prompt_ids[: start.ids] + agent_data.prompt_ids[cut.ids :]
         sampled = [agent_data.response_logprobs[index] for index in kept] if agent_data.response_logprobs else None
         try:
-            score = await self._score_tokens(
-                agent_data,
-                purified=(purified, [prompt_length + index - removed for index in kept]),
-                error_context=(agent_data.prompt_ids, [prompt_length + index for index in kept]),
+            score = await self._scorer().score(
+                agent_data.request_id,
+                agent_data.metrics,
+                purified=scoring.ScoredTokens(purified, [prompt_length + index - removed for index in kept]),
+                error_context=scoring.ScoredTokens(agent_data.prompt_ids, [prompt_length + index for index in kept]),
                 sampled_logprobs=sampled,
             )
-        except ScoringFailed as error:
-            self.policy.on_scoring_failed(str(error))
-            decision = "append" if self.saar_config.rollback_is_threshold is not None else None
-            self.policy.on_exhausted_scored(None, decision, str(error))
+        except scoring.ScoringFailed as error:
+            decision = self.policy.unscored_decision(error.failure)
+            self.policy.on_exhausted_scored(None, decision, error.failure)
             return decision
         decision = self.policy.is_decision(score)
         self.policy.on_exhausted_scored(score, decision)

@@ -268,14 +268,7 @@ FULLY_ASYNC_SECTION = "async_training"  # verl.experimental.fully_async_policy.f
 def scoring_without_prompt_log_probs(config: DictConfig) -> list[str]:
     """The IS gate and the measurement score each splice with a prompt-log-prob prefill; refuse where the answer
     never carries them, instead of failing at the first recovered rollback, minutes into the run."""
-    if not saar_enabled(config):
-        return []
-    multi_turn = _multi_turn(config)
-    scoring = [
-        f"{MULTI_TURN}.{key}={multi_turn.get(key)}"
-        for key in ("rollback_is_threshold", "rollback_is_measure")
-        if multi_turn.get(key) not in (None, False)
-    ]
+    scoring = _scoring_keys(config)
     if not scoring:
         return []
     reasons = []
@@ -299,6 +292,47 @@ def scoring_without_prompt_log_probs(config: DictConfig) -> list[str]:
         f"loop with {'; '.join(reasons)}. Use trainer.v1.trainer_mode=sync (or trainer.use_v1=False) with "
         f"{ROLLOUT}.name=vllm, sglang or cpu, or set rollback_is_threshold=null and rollback_is_measure=False"
     ]
+
+
+def _scoring_keys(config: DictConfig) -> list[str]:
+    """`key=value` of the IS gate and the measurement when SAAR is on and either is set (they score splices)."""
+    if not saar_enabled(config):
+        return []
+    multi_turn = _multi_turn(config)
+    return [
+        f"{MULTI_TURN}.{key}={multi_turn.get(key)}"
+        for key in ("rollback_is_threshold", "rollback_is_measure")
+        if multi_turn.get(key) not in (None, False)
+    ]
+
+
+LOGPROBS_MODE = f"{ROLLOUT}.logprobs_mode"
+LOGITS_MODES = ("raw_logits", "processed_logits")
+
+
+def scoring_with_logits_mode(config: DictConfig) -> list[str]:
+    """With a logits `logprobs_mode` vLLM reports logits where the agent loop reads sampled log-probs: the scores
+    would take logits for the behaviour side of the ratio."""
+    scoring = _scoring_keys(config)
+    mode = OmegaConf.select(config, LOGPROBS_MODE)
+    if not scoring or mode not in LOGITS_MODES:
+        return []
+    return [
+        f"{' and '.join(scoring)} reads the sampled tokens' log-probs, but {LOGPROBS_MODE}={mode} makes the server "
+        f"report logits in their place: set {LOGPROBS_MODE}=processed_logprobs (verl's default) or raw_logprobs"
+    ]
+
+
+# SGLang's switch that computes prompt log-probs chunk by chunk instead of materialising every scheduled token's
+# logits (and their log-softmax) at once; read from the server process's environment, off by default.
+SGLANG_LOGITS_CHUNK_ENV = "SGLANG_ENABLE_LOGITS_PROCESSER_CHUNK"
+RAY_ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
+
+
+def fully_async_problems(config: DictConfig) -> list[str]:
+    """The checks that apply where `fully_async_policy`'s own entry point starts (it never calls verl's
+    `validate_config`): the scoring refusals. Its config still holds the legacy reward sections it migrates."""
+    return scoring_without_prompt_log_probs(config) + scoring_with_logits_mode(config)
 
 
 def filter_groups_without_v1(config: DictConfig) -> list[str]:
@@ -325,6 +359,7 @@ CONFIG_CHECKS: list[ConfigCheck] = [
     saar_log_prob_handling,
     rollout_log_probs_needed,
     scoring_without_prompt_log_probs,
+    scoring_with_logits_mode,
     filter_groups_without_v1,
     tool_dpo_problems,  # negative samples and the tool-DPO estimators (docs/negative-samples.md)
     purification_problems,  # multi_turn.purification and what each mode needs (docs/purification.md)
@@ -332,14 +367,26 @@ CONFIG_CHECKS: list[ConfigCheck] = [
 
 
 def config_warnings(config: DictConfig) -> list[str]:
-    """Settings that train correctly but make a logged number misleading."""
+    """Settings that train correctly but make a logged number misleading, or risk running out of memory."""
+    warnings = []
     if saar_enabled(config) and OmegaConf.select(config, "actor_rollout_ref.rollout.calculate_log_probs"):
-        return [
+        warnings.append(
             "actor_rollout_ref.rollout.calculate_log_probs=True with SAAR: verl's rollout-vs-trainer probability "
             "metrics (training/rollout_probs_diff_*) include spliced tokens, whose rollout log-probs came from the "
             "context that held the error; rollback/offpolicy/* shows spliced and other tokens apart"
-        ]
-    return []
+        )
+    chunking = OmegaConf.select(config, f"{RAY_ENV_VARS}.{SGLANG_LOGITS_CHUNK_ENV}")
+    if (
+        _scoring_keys(config)
+        and OmegaConf.select(config, f"{ROLLOUT}.name") == "sglang"
+        and str(chunking).lower() not in ("1", "true", "yes", "y")  # SGLang's EnvBool
+    ):
+        warnings.append(
+            f"{' and '.join(_scoring_keys(config))} on SGLang without {RAY_ENV_VARS}.{SGLANG_LOGITS_CHUNK_ENV}=1: "
+            "each scoring prefill materialises the logits and log-softmax of every scheduled token at once "
+            '(tokens x vocabulary x 4 bytes each, outside mem_fraction_static; docs/saar.md "Scoring cost and memory")'
+        )
+    return warnings
 
 
 # Any of these selects a cleaner piece; the start-up check leaves other verl configs alone.

@@ -4,13 +4,16 @@ verl has no extension point for what cleaner adds (trainer metrics, a validate f
 inside the tool loop), so cleaner wraps or overrides these methods. A verl upgrade that renames one, or
 changes its parameters, would otherwise fail obscurely at training time (or silently log nothing):
 `verl_api_problems()` names each difference, `require_verl_api()` raises with all of them, and the trainer
-hooks call it before wrapping anything.
+hooks call it before wrapping anything. Where a wrapper also reads instance attributes of verl's object, those are
+listed with the method and checked in verl's source: each must be assigned (`self.<name> = ...`) in its class's
+`__init__`.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from dataclasses import dataclass
 
 import verl
@@ -24,6 +27,7 @@ class PrivateMethod:
     qualname: str  # "Class.method" or a module-level function
     parameters: tuple[str, ...]  # the leading parameter names cleaner relies on, in order
     used_by: str  # what in cleaner depends on it
+    attributes: tuple[str, ...] = ()  # instance attributes of the method's class that the wrapper reads
 
 
 PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
@@ -117,6 +121,14 @@ PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
     # the trainer-side purification modes and the purify/* audit (cleaner.verl.purification)
     PrivateMethod("verl.trainer.ppo.ray_trainer", "compute_advantage", ("data", "adv_estimator"), "purification"),
     PrivateMethod("verl.trainer.ppo.v1.utils", "compute_advantage", ("data", "adv_estimator"), "tool_dpo.hooks"),
+    # DAPO's group filter classifies groups on their trained rows only (cleaner.verl.group_statistics)
+    PrivateMethod(
+        "verl.trainer.ppo.v1.replay_buffer",
+        "ReplayBuffer._dapo_filtered_keys",
+        ("self", "partition_id"),
+        "group_statistics",
+        attributes=("_dapo_classification_cache", "finished_keys", "partitions", "filter_groups_metric"),
+    ),
     # the reward manager (cleaner.verl.reward_manager)
     PrivateMethod(
         "verl.experimental.reward_loop.reward_manager.dapo",
@@ -148,7 +160,24 @@ def verl_api_problems() -> list[str]:
         names = tuple(inspect.signature(target).parameters)[: len(method.parameters)]
         if names != method.parameters:
             problems.append(f"{where} takes {names}, cleaner expects {method.parameters}")
+        missing = unassigned_attributes(method)
+        if missing:
+            owner = method.qualname.rsplit(".", 1)[0]
+            problems.append(f"{where} reads {missing}, which {method.module}.{owner}.__init__ no longer assigns")
     return problems
+
+
+def unassigned_attributes(method: PrivateMethod) -> list[str]:
+    """The method's `attributes` that its class's `__init__` source does not assign (`self.<name> = ...`)."""
+    if not method.attributes:
+        return []
+    owner = importlib.import_module(method.module)
+    for part in method.qualname.split(".")[:-1]:
+        owner = getattr(owner, part)
+    source = inspect.getsource(owner.__init__)
+    return [
+        name for name in method.attributes if not re.search(rf"\bself\.{re.escape(name)}\s*(:[^=\n]*)?=(?!=)", source)
+    ]
 
 
 class VerlApiMismatch(RuntimeError):

@@ -15,6 +15,12 @@ purification keys of the tool recipes among them), reports what a real run would
 
 The `verl.plugins` entry point (`cleaner.verl.plugin`) imports this module during `import verl`, before
 `main_ppo` binds `validate_config` to its own name, so a hand-started `main_ppo` is covered with no override.
+
+verl's `fully_async_policy` entry point (`verl.experimental.fully_async_policy.fully_async_main`) never calls
+`validate_config`; the first thing its driver does with the config is `verl.utils.device.auto_set_device(config)`,
+bound by name the same way. That is wrapped too: for a cleaner config with an `async_training` section (that entry
+point's) it runs `config_checks.fully_async_problems` (its client drops prompt log-probs, so the IS gate and the
+measurement are refused there, naming the key) before Ray starts.
 """
 
 from __future__ import annotations
@@ -30,7 +36,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from cleaner.data.run_inputs import config_file_problems, run_input_problems
-from cleaner.verl.config_checks import TrainerConfigError, data_agent_problems, review_trainer_config, uses_cleaner
+from cleaner.verl.config_checks import (
+    FULLY_ASYNC_SECTION,
+    TrainerConfigError,
+    data_agent_problems,
+    fully_async_problems,
+    review_trainer_config,
+    uses_cleaner,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -119,12 +132,29 @@ def _finish_dry_run(config: DictConfig, report: StartReport) -> None:
     raise SystemExit(0)
 
 
+def _wrap_auto_set_device(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def auto_set_device(config: Any, *args: Any, **kwargs: Any) -> Any:
+        if config is not None and OmegaConf.select(config, FULLY_ASYNC_SECTION) is not None and selects_cleaner(config):
+            problems = fully_async_problems(config)
+            if problems:
+                raise TrainerConfigError("\n".join(problems))
+        return original(config, *args, **kwargs)
+
+    setattr(auto_set_device, _MARK, True)
+    return auto_set_device
+
+
 def install() -> None:
-    """Wrap `verl.utils.config.validate_config` in this process (idempotent)."""
+    """Wrap `verl.utils.config.validate_config` and `verl.utils.device.auto_set_device` in this process
+    (idempotent)."""
     from verl.utils import config as verl_config
+    from verl.utils import device as verl_device
 
     if not getattr(verl_config.validate_config, _MARK, False):
         verl_config.validate_config = _wrap(verl_config.validate_config)
+    if not getattr(verl_device.auto_set_device, _MARK, False):
+        verl_device.auto_set_device = _wrap_auto_set_device(verl_device.auto_set_device)
 
 
 install()

@@ -41,10 +41,10 @@ from contextvars import ContextVar
 from typing import Any
 
 from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
-from cleaner.saar.offpolicy_summary import gate_metrics, scored_splices
+from cleaner.saar.offpolicy_summary import gate_metrics, scored_splices, scoring_failure_metrics
 from cleaner.saar.stats import PREFIX
 from cleaner.verl.group_statistics import lone_trained_rows
-from cleaner.verl.offpolicy_metrics import OffpolicyRow, offpolicy_metrics
+from cleaner.verl.offpolicy_metrics import OFFPOLICY, OffpolicyRow, offpolicy_metrics
 from cleaner.verl.private_api import require_verl_api
 from cleaner.verl.saar_metrics import VALIDATION_PREFIX, aggregate_saar_metrics, rows_from_columns, score_acc_metrics
 
@@ -70,9 +70,12 @@ def _mark(wrapper: Callable) -> Callable:
 
 
 def _gate_metrics(events_per_row) -> dict[str, float]:
-    """`rollback/is_gate/*` from each trajectory's rollback events (rows without events add none)."""
+    """`rollback/is_gate/*` and `rollback/offpolicy/scoring_failed*` from each trajectory's rollback events (rows
+    without events add none)."""
     events = [event for row_events in events_per_row if row_events is not None for event in row_events]
-    return {IS_GATE + name: value for name, value in gate_metrics(scored_splices(events)).items()}
+    metrics = {IS_GATE + name: value for name, value in gate_metrics(scored_splices(events)).items()}
+    metrics.update({OFFPOLICY + name: value for name, value in scoring_failure_metrics(events).items()})
+    return metrics
 
 
 def _one_trained_row_metric(uids, trained) -> dict[str, float]:

@@ -56,3 +56,25 @@ def test_gate_metrics_give_both_statistics_a_gate_can_compare_with_log_tau():
 
 def test_share_outside_uses_the_gates_scale():
     assert summary.share_outside([math.log(0.4), math.log(1.0), math.log(3.0), math.log(0.5)]) == (0.25, 0.25)
+
+
+def test_scoring_failures_are_counted_by_why_beside_the_scored_positions():
+    scored = {"mode": "deep", "log_is_ratio": -1.0, "is_tokens": 4, "is_decision": "replace", "is_error": None}
+    refused = {
+        "mode": "shallow",
+        "log_is_ratio": None,
+        "is_decision": "append",
+        "is_error": "refused: ...",
+        "is_failure": "refused",
+    }
+    nan = {**refused, "is_error": "behaviour log-prob nan", "is_failure": "non_finite"}
+    unscored = {"mode": "failed", "log_is_ratio": None, "is_error": None}  # scoring off for this position
+    metrics = summary.scoring_failure_metrics([scored, refused, nan, nan, unscored])
+    assert metrics == {
+        "scoring_failed": 3.0,
+        "scoring_failed/aborted": 0.0,
+        "scoring_failed/refused": 1.0,
+        "scoring_failed/non_finite": 2.0,
+    }
+    assert summary.scoring_failure_metrics([scored])["scoring_failed"] == 0.0  # scoring ran and nothing failed: a 0
+    assert summary.scoring_failure_metrics([unscored]) == {}  # nothing was scored: no metric

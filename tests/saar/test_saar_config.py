@@ -44,6 +44,8 @@ NON_DEFAULT = {
     "rollback_is_threshold": 0.5,
     "rollback_is_statistic": "token_mean",
     "rollback_is_measure": True,
+    "rollback_is_max_concurrent_scoring": 2,
+    "rollback_is_shallow_span": "turn",
     "rollback_is_correction": True,
     "rollback_after_errors": 2,
 }
@@ -111,6 +113,9 @@ def test_reads_an_omegaconf_section():
         ({"rollback_is_threshold": float("inf")}, "rollback_is_threshold"),
         ({"rollback_is_threshold": "0.5"}, "rollback_is_threshold"),
         ({"rollback_is_measure": "yes"}, "rollback_is_measure"),
+        ({"rollback_is_max_concurrent_scoring": 0}, "rollback_is_max_concurrent_scoring"),
+        ({"rollback_is_shallow_span": "reasoning", "rollback_is_measure": True}, "rollback_is_shallow_span must be"),
+        ({"rollback_is_shallow_span": "turn"}, "without rollback_is_threshold or rollback_is_measure"),
         ({"rollback_is_statistic": "mean"}, "rollback_is_statistic must be one of"),
         ({"rollback_is_statistic": 1}, "rollback_is_statistic"),
         ({"rollback_is_statistic": "token_mean", "rollback_is_measure": True}, "without rollback_is_threshold"),

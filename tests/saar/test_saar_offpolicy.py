@@ -4,11 +4,12 @@ import pytest
 
 from cleaner.saar.offpolicy import (
     IsScore,
+    NonFiniteLogprob,
     PromptLogprobsError,
     gate,
     logprobs_at,
     prompt_token_logprobs,
-    sampled_logprobs_are_raw,
+    sampled_logprobs_on_prompt_scale,
     scoring_params,
     token_log_ratios,
 )
@@ -64,48 +65,60 @@ def test_per_token_log_ratios_are_target_minus_behaviour():
         ({}, True),
         ({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0}, True),
         ({"temperature": 1.0, "top_k": 0, "min_p": 0.0}, True),
+        ({"temperature": 0.0}, True),
         ({"temperature": 0.7}, False),
-        ({"temperature": 0.0}, False),
+        ({"temperature": 0.0, "top_p": 0.9}, False),
         ({"temperature": 1.0, "top_p": 0.6}, False),
         ({"temperature": 1.0, "top_k": 20}, False),
         ({"temperature": 1.0, "min_p": 0.05}, False),
         ({"temperature": 1.0, "repetition_penalty": 1.1}, False),
     ],
 )
-def test_sampled_log_probs_are_raw_only_at_t1_without_anything_reshaping_the_logits(params, raw):
-    """vLLM (processed_logprobs) and SGLang report sampled log-probs after temperature (vLLM also after top-k/top-p);
-    prompt log-probs are raw, so only at T = 1 without truncation are the two on one scale."""
-    assert sampled_logprobs_are_raw(params) is raw
-
-
-def reference_decision(purified: list[float], behaviour: list[float], tau: float) -> str:
-    """The reference authors' development-code rule, written as they compute it: the per-token log IS over the new
-    turn, clamped to [-3, 3], and append when its exponential falls below τ."""
-    log_is_per_token = (sum(purified) - sum(behaviour)) / len(purified)
-    log_is_per_token = max(-3.0, min(3.0, log_is_per_token))
-    return "append" if math.exp(log_is_per_token) < tau else "replace"
+@pytest.mark.parametrize("engine", ["vllm", "cpu", None])
+def test_processed_sampled_log_probs_are_raw_at_t1_or_greedy_without_anything_reshaping_the_logits(engine, params, raw):
+    """vLLM's processed_logprobs (and the cpu rollout) take sampled log-probs after temperature and top-k/top-p;
+    greedy rows skip the temperature but, in a mixed batch, not their own truncation."""
+    assert sampled_logprobs_on_prompt_scale(params, engine, "processed_logprobs") is raw
 
 
 @pytest.mark.parametrize(
-    ("purified", "behaviour", "tau"),
+    ("params", "raw"),
     [
-        ([-0.41] * 63, [0.0] * 63, 0.5),  # the demo's measured spans: mean d -0.41 (e^-0.41 = 0.66)
-        ([-0.8] * 10, [-0.1] * 10, 0.5),  # mean -0.7: e^-0.7 = 0.497 < 0.5
-        ([-12.0, 0.0, 0.0], [0.0, 0.0, 0.0], 0.5),  # -4 per token, clamped to -3
-        ([-12.0, 0.0, 0.0], [0.0, 0.0, 0.0], 0.04),  # clamped -3: e^-3 = 0.0498 >= 0.04 replaces
-        ([0.0] * 4, [-9.0] * 4, 30.0),  # +9 clamped to +3: e^3 = 20.1 < 30
-        ([-0.2, -0.3], [-0.1, -0.1], 0.8),
-        ([-10.3, 0.0, -0.004, 0.0, -1.1], [0.0] * 5, 0.5),
+        ({}, True),
+        ({"temperature": 1.0, "top_p": 0.9}, True),
+        ({"temperature": 1.0, "top_k": 20, "min_p": 0.05}, True),
+        ({"temperature": 0.0, "top_p": 0.6}, True),
+        ({"temperature": 0.7}, False),
+        ({"temperature": 0.7, "top_p": 0.9}, False),
+        ({"temperature": 1.0, "repetition_penalty": 1.1}, False),
+        ({"temperature": 1.0, "frequency_penalty": 0.5}, False),
     ],
 )
-def test_token_mean_reproduces_the_reference_codes_decisions(purified, behaviour, tau):
-    score = token_log_ratios(purified, behaviour)
-    assert gate(score, tau, "token_mean") == reference_decision(purified, behaviour, tau)
+def test_sglang_sampled_log_probs_are_raw_at_t1_whatever_the_truncation_and_when_greedy(params, raw):
+    """SGLang's sampler takes log(softmax(logits / T)) before top-k/top-p/min-p; greedy is rewritten to T = 1."""
+    assert sampled_logprobs_on_prompt_scale(params, "sglang") is raw
 
 
-def test_on_the_demos_spans_the_two_statistics_disagree():
-    """63 tokens at mean d -0.41: the sequence sum (-25.8) appends, the reference code's mean replaces."""
-    score = IsScore((-0.41,) * 63)
-    assert (gate(score, 0.5, "sequence"), gate(score, 0.5, "token_mean")) == ("append", "replace")
-    assert score.statistic("token_mean") == pytest.approx(-0.41)
-    assert IsScore((-12.0, 0.0)).statistic("token_mean") == -3.0
+def test_vllm_raw_logprobs_mode_is_always_on_the_prompt_scale():
+    assert sampled_logprobs_on_prompt_scale({"temperature": 0.6, "top_p": 0.9}, "vllm", "raw_logprobs") is True
+    assert sampled_logprobs_on_prompt_scale({"temperature": 0.6}, "sglang", "raw_logprobs") is False
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("side", ["target", "behaviour"])
+def test_a_non_finite_log_prob_on_either_side_is_no_score(bad, side):
+    target, behaviour = [-1.0, -0.5], [-0.25, -0.5]
+    (target if side == "target" else behaviour)[1] = bad
+    with pytest.raises(NonFiniteLogprob, match=side):
+        token_log_ratios(target, behaviour)
+
+
+def test_a_score_of_non_finite_ratios_does_not_exist_so_the_gate_never_decides_on_nan():
+    """Python's min/max pass NaN through the clamp and exp(nan) < τ is false: a NaN would have replaced."""
+    with pytest.raises(NonFiniteLogprob):
+        gate(IsScore((math.nan, -0.1)), 0.5, "token_mean")
+
+
+def test_a_nan_prompt_log_prob_row_is_returned_for_the_score_to_refuse_not_a_config_error():
+    values = prompt_token_logprobs({"prompt_logprobs": [[-0.5], [math.nan], [0.0]]}, 3)
+    assert values[1] == -0.5 and math.isnan(values[2])

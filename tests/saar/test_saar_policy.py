@@ -1,7 +1,7 @@
 import pytest
 
 from cleaner.saar.config import SaarConfig
-from cleaner.saar.offpolicy import IsScore
+from cleaner.saar.offpolicy import IsScore, ScoringFailure
 from cleaner.saar.outcome import ErrorCategory, ToolOutcome
 from cleaner.saar.policy import Action, RollbackPolicy, draw_gate
 from cleaner.saar.stats import TrajectoryStats
@@ -298,7 +298,9 @@ def test_the_gate_on_an_exhausted_positions_kept_attempt_keeps_every_attempt_bel
     assert (stats.planb_exhausted_appends, stats.planb_exhausted_replaces) == (int(kept == "all"), int(kept == "last"))
 
 
-def test_a_failed_scoring_is_an_infrastructure_error_of_the_trajectory():
-    p, stats = policy(rollback_is_threshold=0.5)
-    p.on_scoring_failed("3 scoring requests failed")
-    assert (stats.infra_errors, stats.failures[ErrorCategory.SCORING_FAILED]) == (1, 1)
+@pytest.mark.parametrize(("gate", "decision"), [({"rollback_is_threshold": 0.5}, "append"), ({}, None)])
+def test_an_unscored_position_is_counted_never_an_infrastructure_error_and_gets_the_gates_fallback(gate, decision):
+    """The gate appends what it cannot score (the reference replaces); measuring only, nothing is decided."""
+    p, stats = policy(rollback_is_measure=not gate, **gate)
+    assert p.unscored_decision(ScoringFailure("aborted", "3 scoring requests failed")) == decision
+    assert (stats.infra_errors, stats.failures[ErrorCategory.SCORING_FAILED]) == (0, 1)

@@ -46,4 +46,5 @@ def test_fraction_flags_and_provenance():
         "is_statistic": None,
         "is_statistic_value": None,
         "is_error": None,
+        "is_failure": None,
     }

@@ -7,11 +7,13 @@ the first time that request id is seen, by a marker string found in the decoded 
 of one prompt each replay the script from the start). Every request is recorded so tests can check
 exactly what the model saw and which tokens it sampled.
 
-Log-probs behave like verl's vLLM and SGLang servers. Each sampled token has a raw (temperature 1) log-prob,
-unique per (turn, position) so tests can trace tokens back; the server reports it *processed* by the request's
-sampling parameters, as vLLM's `processed_logprobs` and SGLang do: divided by the temperature and shrunk by top-p
-and top-k (a truncated, renormalised distribution gives its tokens higher log-probs), unchanged at T = 1 without
-truncation (and at T = 0, greedy).
+Log-probs behave like verl's vLLM or SGLang server (`imitates`). Each sampled token has a raw (temperature 1)
+log-prob, unique per (turn, position) so tests can trace tokens back; the server reports it as the engine's sampler
+does: "vllm" (`processed_logprobs`) after temperature and top-k/top-p (divided by the temperature and shrunk by a
+truncation, whose renormalised distribution gives its tokens higher log-probs); "sglang" after temperature only
+(its sampler takes the log-probs before top-k/top-p). Both report the raw log-prob at T = 1 without truncation and
+when greedy (T = 0). A turn's `log_prob` replaces every reported log-prob of that turn (e.g. NaN, a float16
+overflow).
 
 A request whose sampling parameters ask for `prompt_logprobs` (verl's scoring contract: one row per prompt
 token, row i the log-prob of token i+1, the last row a dummy) is a scoring prefill: it consumes no script turn,
@@ -20,26 +22,31 @@ depend on the context, as the engines compute them: a token in the exact context
 sampled log-prob, any other prompt token a value derived from its preceding tokens. A float or a function of the
 prompt ids gives every token that value instead (a backend whose prompt log-probs ignore the context); None
 answers like a backend without the feature (one token, no prompt log-probs). `scoring_aborts` makes the next
-scoring requests fail as aborted ones do on verl's servers: "vllm" answers no tokens with stop_reason "aborted",
-"sglang" raises the AssertionError of verl's `_extract_prompt_logprobs_sglang`.
+scoring requests fail as they do on verl's servers: "vllm" answers no tokens with stop_reason "aborted", "abort"
+the same with SGLang's spelling, "sglang" raises the AssertionError of verl's `_extract_prompt_logprobs_sglang` on
+an aborted request, "refuse" raises the ValueError verl's adapters raise for a prompt over the context length, and
+"nan" answers with NaN prompt log-probs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
 from cleaner.saar.outcome import INFRA_ERROR_CATEGORIES, TOOL_OUTCOME_KEY, ErrorCategory, OutcomeKind, ToolOutcome
+
+# The loop and its config are the package's (the overhead benchmark builds the same), re-exported for the tests.
+from cleaner.verl.hand_built_loop import agent_loop_config as agent_loop_config
+from cleaner.verl.hand_built_loop import build_agent_loop as build_agent_loop
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class ScriptedTurn:
     token_ids: tuple[int, ...] | None = None
     append_eos: bool = True  # a real chat model ends its turn with the EOS token (`<|im_end|>` for Qwen)
     stop_reason: str = "completed"
+    log_prob: float | None = None  # reported for every token of the turn instead of the engine's (e.g. NaN)
 
     def __post_init__(self) -> None:
         if (self.text is None) == (self.token_ids is None):
@@ -87,14 +95,16 @@ def scripted_log_prob(turn_index: int, position: int) -> float:
     return -(1 + turn_index * 10007 + position) / 1_000_003
 
 
-def processed_log_prob(raw: float, sampling_params: dict[str, Any]) -> float:
-    """What the engines report for a sampled token of raw log-prob `raw` (see the module docstring)."""
+def processed_log_prob(raw: float, sampling_params: dict[str, Any], imitates: str = "vllm") -> float:
+    """What the engine reports for a sampled token of raw log-prob `raw` (see the module docstring)."""
     temperature = sampling_params.get("temperature")
     temperature = 1.0 if temperature is None else float(temperature)
     if temperature == 0:
         return raw
-    top_p, top_k = sampling_params.get("top_p"), sampling_params.get("top_k")
     factor = 1.0 / temperature
+    if imitates == "sglang":  # log softmax(logits / T), taken before top-k/top-p
+        return raw * factor
+    top_p, top_k = sampling_params.get("top_p"), sampling_params.get("top_k")
     if top_p is not None and top_p < 1.0:
         factor *= top_p
     if top_k is not None and top_k > 0:
@@ -124,12 +134,19 @@ class ScriptedLLMServer:
     # token, or a function of the prompt ids giving it; None answers like a backend without prompt log-probs.
     prompt_logprob: float | Callable[[list[int]], float] | str | None = ENGINE
     score_requests: list[RecordedScore] = field(default_factory=list)
-    # The next scoring requests fail as aborted ones do: "vllm" (no tokens, "aborted") or "sglang" (raises).
+    # The next scoring requests fail: "vllm", "abort", "sglang", "refuse" or "nan" (see the module docstring).
     scoring_aborts: list[str] = field(default_factory=list)
+    # Whose sampled log-probs to report: "vllm" (processed_logprobs) or "sglang".
+    imitates: str = "vllm"
 
     def __post_init__(self) -> None:
+        if self.imitates not in ("vllm", "sglang"):
+            raise ValueError(f"imitates must be 'vllm' or 'sglang', got {self.imitates!r}")
         self._compiled: dict[str, list[list[int]]] = {}
         self._stop_reasons: dict[str, list[str]] = {}
+        self._log_probs: dict[str, list[float | None]] = {}
+        self._scoring_in_flight = 0
+        self.max_scoring_in_flight = 0  # the most scoring requests the server held at once (with `delay_s`)
         self._cursors: dict[str, _Cursor] = {}
         for marker, turns in list(self.scripts.items()):
             self.add_script(marker, turns)
@@ -138,15 +155,17 @@ class ScriptedLLMServer:
         """Register the generations for every trajectory whose prompt contains `marker`."""
         if not marker:
             raise ValueError("a script marker must be a non-empty string")
-        compiled, stop_reasons = [], []
+        compiled, stop_reasons, log_probs = [], [], []
         for turn in turns:
             if isinstance(turn, str):
                 turn = ScriptedTurn(text=turn)
             compiled.append(self._token_ids(turn))
             stop_reasons.append(turn.stop_reason)
+            log_probs.append(turn.log_prob)
         self.scripts[marker] = list(turns)
         self._compiled[marker] = compiled
         self._stop_reasons[marker] = stop_reasons
+        self._log_probs[marker] = log_probs
 
     def _token_ids(self, turn: ScriptedTurn) -> list[int]:
         if turn.token_ids is not None:
@@ -173,9 +192,15 @@ class ScriptedLLMServer:
         return cursor
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        if sampling_params.get("prompt_logprobs") is not None:
+        scoring = sampling_params.get("prompt_logprobs") is not None
+        self._scoring_in_flight += scoring
+        self.max_scoring_in_flight = max(self.max_scoring_in_flight, self._scoring_in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+        finally:
+            self._scoring_in_flight -= scoring
+        if scoring:
             return self._score(request_id, list(prompt_ids), dict(sampling_params))
         cursor = self._bind(request_id, prompt_ids)
         turns = self._compiled[cursor.marker]
@@ -187,7 +212,10 @@ class ScriptedLLMServer:
         cursor.next_turn += 1
         token_ids = list(turns[turn_index])
         raw_log_probs = [scripted_log_prob(turn_index, position) for position in range(len(token_ids))]
-        log_probs = [processed_log_prob(raw, sampling_params) for raw in raw_log_probs]
+        log_probs = [processed_log_prob(raw, sampling_params, self.imitates) for raw in raw_log_probs]
+        override = self._log_probs[cursor.marker][turn_index]
+        if override is not None:
+            log_probs = [override] * len(token_ids)
         self.requests.append(
             RecordedRequest(
                 request_id=request_id,
@@ -208,19 +236,27 @@ class ScriptedLLMServer:
         )
 
     def _score(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any]) -> TokenOutput:
-        if self.scoring_aborts:
-            style = self.scoring_aborts.pop(0)
+        style = self.scoring_aborts.pop(0) if self.scoring_aborts else None
+        if style not in (None, "nan"):
             self.score_requests.append(RecordedScore(request_id, prompt_ids, sampling_params, None))
             if style == "sglang":  # verl's _extract_prompt_logprobs_sglang on an aborted request's empty logprobs
                 raise AssertionError(
                     f"SGLang prompt_logprobs length (1) does not match sequence length ({len(prompt_ids)}); "
                     "check logprob_start_len=0 invariant."
                 )
-            return TokenOutput(token_ids=[], log_probs=None, stop_reason="aborted", extra_fields={"global_steps": 0})
+            if style == "refuse":  # verl's adapters, before the engine sees the request
+                raise ValueError(
+                    f"Prompt length ({len(prompt_ids)}) exceeds the model's maximum context length "
+                    f"({len(prompt_ids) - 1})."
+                )
+            reason = {"vllm": "aborted", "abort": "abort"}[style]
+            return TokenOutput(token_ids=[], log_probs=None, stop_reason=reason, extra_fields={"global_steps": 0})
         extra_fields: dict[str, Any] = {}
         rows = None
         if self.prompt_logprob is not None:
             values = self._prompt_values(request_id, prompt_ids)
+            if style == "nan":
+                values = [math.nan] * len(values)
             rows = [[value] for value in values] + [[0.0]]
             extra_fields = {"prompt_logprobs": rows, "prompt_ids": [[token] for token in prompt_ids[1:]] + [[0]]}
         self.score_requests.append(RecordedScore(request_id, prompt_ids, sampling_params, rows))
@@ -338,54 +374,6 @@ def scripted_python_tool(name: str = "code_interpreter") -> ScriptedPythonTool:
 def tool_call_text(code: str, name: str = "code_interpreter") -> str:
     """A hermes `<tool_call>` block, as a Qwen model writes it."""
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"code": code}}) + "\n</tool_call>"
-
-
-def agent_loop_config(*, response_length: int = 4096, prompt_length: int = 2048, **multi_turn: Any):
-    """A minimal verl trainer config for constructing agent loops by hand (training sampling at T=1)."""
-    from omegaconf import OmegaConf
-
-    turns = {
-        "enable": True,
-        "max_assistant_turns": None,
-        "max_user_turns": None,
-        "max_parallel_calls": 1,
-        "max_tool_response_length": 256,
-        "tool_response_truncate_side": "middle",
-        "format": "hermes",
-        **multi_turn,
-    }
-    return OmegaConf.create(
-        {
-            "actor_rollout_ref": {
-                "rollout": {
-                    "prompt_length": prompt_length,
-                    "response_length": response_length,
-                    "full_determinism": False,
-                    "temperature": 1.0,
-                    "top_p": 1.0,
-                    "top_k": -1,
-                    "calculate_log_probs": True,
-                    "val_kwargs": {"temperature": 1.0, "top_p": 0.6, "top_k": -1, "n": 1, "do_sample": True},
-                    "multi_turn": turns,
-                }
-            },
-            "data": {"apply_chat_template_kwargs": {}},
-        }
-    )
-
-
-def build_agent_loop(loop_cls, config, server, tokenizer, tools: list, hf_model_type: str = "qwen3"):
-    """Instantiate an agent loop the way verl's worker does (keyword arguments, wrapped config/tools)."""
-    return loop_cls(
-        trainer_config=DictConfigWrap(config),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(config.data),
-        hf_model_type=hf_model_type,
-        tools=ToolListWrap(tools),
-    )
 
 
 def training_sampling_params(config) -> dict[str, Any]:

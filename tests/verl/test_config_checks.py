@@ -370,6 +370,38 @@ def test_scoring_on_a_sync_trainer_with_vllm_sglang_or_cpu_passes():
     assert problems(trainer_config(trainer={"v1": {"trainer_mode": "colocate_async"}})) == []
 
 
+@pytest.mark.parametrize(("key", "value"), [("rollback_is_threshold", 0.5), ("rollback_is_measure", True)])
+@pytest.mark.parametrize("mode", ["raw_logits", "processed_logits"])
+def test_scoring_with_a_logits_logprobs_mode_is_refused_naming_the_key(key, value, mode):
+    """The server would report logits where the scoring reads the sampled tokens' log-probs."""
+    [problem] = problems(scoring(key, value, actor_rollout_ref={"rollout": {"logprobs_mode": mode}}))
+    assert f"actor_rollout_ref.rollout.logprobs_mode={mode}" in problem and f"{key}={value}" in problem
+    for fine in ("processed_logprobs", "raw_logprobs"):
+        assert problems(scoring(key, value, actor_rollout_ref={"rollout": {"logprobs_mode": fine}})) == []
+    assert problems(trainer_config(actor_rollout_ref={"rollout": {"logprobs_mode": mode}})) == []  # no scoring
+
+
+def test_fully_async_mains_own_driver_refuses_scoring_before_ray_starts():
+    """verl's fully_async_main never calls validate_config; the function its driver calls first does the refusal."""
+    from verl.experimental.fully_async_policy import fully_async_main
+
+    config = scoring("rollback_is_threshold", 0.5, async_training={"staleness_threshold": 0.1})
+    config.trainer.device = "cpu"
+    with pytest.raises(TrainerConfigError, match="multi_turn.rollback_is_threshold=0.5"):
+        fully_async_main.auto_set_device(config)
+    config.actor_rollout_ref.rollout.multi_turn.rollback_is_threshold = None
+    fully_async_main.auto_set_device(config)  # without scoring: verl's own function runs
+
+
+def test_sglang_scoring_without_logits_chunking_is_warned_about():
+    config = scoring("rollback_is_threshold", 0.5, actor_rollout_ref={"rollout": {"name": "sglang"}})
+    [warning] = [w for w in review_trainer_config(config, read_data=False).warnings if "SGLANG" in w]
+    assert "ray_kwargs.ray_init.runtime_env.env_vars.SGLANG_ENABLE_LOGITS_PROCESSER_CHUNK=1" in warning
+    chunked = {"ray_init": {"runtime_env": {"env_vars": {"SGLANG_ENABLE_LOGITS_PROCESSER_CHUNK": "1"}}}}
+    config = OmegaConf.merge(config, OmegaConf.create({"ray_kwargs": chunked}))
+    assert not [w for w in review_trainer_config(config, read_data=False).warnings if "SGLANG" in w]
+
+
 def test_dapo_dynamic_sampling_on_the_legacy_trainer_is_refused():
     dapo = {"filter_groups": {"enable": True, "metric": "acc"}}
     [problem] = problems(trainer_config(algorithm=dapo, trainer={"use_v1": False}))

@@ -13,6 +13,7 @@ from cleaner.verl.offpolicy_metrics import OffpolicyRow, offpolicy_metrics
 
 WIDTH = 10
 M = "rollback/offpolicy/"
+SCORING_FAILED = M + "scoring_failed"
 
 
 def rows() -> list[OffpolicyRow]:
@@ -166,7 +167,25 @@ def test_without_rollout_log_probs_there_is_nothing_to_compare():
     batch = legacy_batch()
     batch.batch.pop("rollout_log_probs")
     metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
-    assert not [key for key in metrics if key.startswith(M)]
+    assert not [key for key in metrics if key.startswith(M) and not key.startswith(SCORING_FAILED)]
+    # the scoring failures come from the rollback events, with or without rollout log-probs
+    assert metrics[SCORING_FAILED] == 0
+
+
+def test_positions_left_unscored_are_logged_by_why():
+    from verl.trainer.ppo import ray_trainer
+
+    trainer_metrics.install()
+    batch = legacy_batch()
+    events = batch.non_tensor_batch["saar_rollback_events"]
+    failed = {**events[0][0], "log_is_ratio": None, "is_decision": "append", "is_error": "x", "is_failure": "refused"}
+    events[0] = [failed, *events[0][1:]]
+    metrics = ray_trainer.compute_data_metrics(batch=batch, use_critic=False)
+    assert (metrics[SCORING_FAILED], metrics[SCORING_FAILED + "/refused"], metrics[SCORING_FAILED + "/aborted"]) == (
+        1,
+        1,
+        0,
+    )
 
 
 def test_a_group_left_with_one_trained_row_is_counted():

@@ -53,3 +53,22 @@ def test_installed_wrappers_keep_verls_signature():
     trainer_metrics.install()
     assert ray_trainer.RayPPOTrainer._validate.__cleaner_saar_metrics__
     assert private_api.verl_api_problems() == []
+
+
+def test_the_dapo_filter_wrapper_is_listed_with_the_attributes_it_reads():
+    from cleaner.verl import group_statistics
+
+    [dapo] = [method for method in PRIVATE_METHODS if method.qualname.endswith(group_statistics.DAPO_CLASSIFIER)]
+    assert dapo.parameters == group_statistics.DAPO_CLASSIFIER_PARAMETERS and dapo.used_by == "group_statistics"
+    assert {"_dapo_classification_cache", "finished_keys", "partitions"} <= set(dapo.attributes)
+    assert private_api.unassigned_attributes(dapo) == []
+
+
+def test_an_attribute_verl_no_longer_assigns_is_named(monkeypatch):
+    import dataclasses
+
+    [dapo] = [method for method in PRIVATE_METHODS if method.attributes]
+    renamed = dataclasses.replace(dapo, attributes=(*dapo.attributes, "_dapo_cache"))
+    monkeypatch.setattr(private_api, "PRIVATE_METHODS", (renamed,))
+    with pytest.raises(VerlApiMismatch, match=r"reads \['_dapo_cache'\], which .*ReplayBuffer.__init__ no longer"):
+        require_verl_api()

@@ -220,8 +220,10 @@ def test_v1_offpolicy_metrics_read_both_log_probs_from_transfer_queue(queue):
         if calculate_log_probs:
             assert {key: metrics[key] for key in expected()} == pytest.approx(expected())
         else:
-            assert not [key for key in metrics if key.startswith("rollback/offpolicy/")]
-        # the gate's own log ratios come from the events, with or without rollout log-probs
+            compared = [key for key in metrics if key.startswith("rollback/offpolicy/")]
+            assert not [key for key in compared if not key.startswith("rollback/offpolicy/scoring_failed")]
+        # the gate's own log ratios and its scoring failures come from the events, with or without rollout log-probs
+        assert metrics["rollback/offpolicy/scoring_failed"] == 0
         assert {key: metrics[key] for key in GATE} == pytest.approx(GATE)
         assert metrics["rollback/groups_with_one_trained_row"] == 0
 
