@@ -214,9 +214,9 @@ def saar_log_prob_handling(config: DictConfig) -> list[str]:
         "splice in tokens sampled in another context (the failed turn and its error), so their rollout log-probs "
         "do not describe the purified sequence. Set algorithm.rollout_correction.rollout_is=null, "
         "rollout_rs=null, bypass_mode=False and actor_rollout_ref.rollout.calculate_log_probs=False, as the CLEANER "
-        "recipes do (ROLLOUT_IS=null CALCULATE_LOG_PROBS=False): old_log_prob is then recomputed on the purified "
+        "recipes do: old_log_prob is then recomputed on the purified "
         f"sequence. To correct the spliced tokens token by token instead, set {MULTI_TURN}.rollback_is_correction="
-        "True with algorithm.rollout_correction.rollout_is=token (ROLLBACK_IS_CORRECTION=True)"
+        "True with algorithm.rollout_correction.rollout_is=token"
     ]
 
 
