@@ -130,6 +130,10 @@ def _padded(rows: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
 
 
+def _whole_rows(rows: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return rows, np.zeros(len(rows), np.int64), np.full(len(rows), length, np.int64)
+
+
 def _block_values(mask: torch.Tensor, advantage: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """The block's (0/1) loss mask and the advantage's sign on trained tokens, flattened (float32). numpy's
     elementwise kernels run these without torch's per-op threading overhead."""
@@ -159,16 +163,16 @@ def _block_counts(
 ) -> dict[str, tuple[int, int, int, np.ndarray]]:
     """Per kind of span, the counts (`_counts`) of the spans of the block's rows."""
     trained, signed = values
-    local = {}
+    local = {}  # each span's start and end in the flattened block
     for name, (rows, starts, ends) in spans.items():
         inside = (rows >= block.start) & (rows < block.stop)
         base = (rows[inside] - block.start) * length
-        local[name] = (rows[inside], base + starts[inside], base + ends[inside])
-    points = np.unique(np.concatenate([[0, trained.size], *(p for _, *pair in local.values() for p in pair)]))
+        local[name] = (base + starts[inside], base + ends[inside])
+    points = np.unique(np.concatenate([[0, trained.size], *(edge for pair in local.values() for edge in pair)]))
     sums = [_sums_at(trained, points), _sums_at(signed, points)]
     sums.append(_sums_at(np.abs(signed, out=signed), points))
     counts = {}
-    for name, (_, starts, ends) in local.items():
+    for name, (starts, ends) in local.items():
         first, last = np.searchsorted(points, starts), np.searchsorted(points, ends)
         counts[name] = _counts(*(running[last] - running[first] for running in sums))
     return counts
@@ -194,16 +198,8 @@ def batch_audit_counts(
     negative_rows = np.array([bool((fields or {}).get(NEGATIVE_SAMPLE_KEY)) for fields in extra], dtype=bool)
     rows = np.arange(mask.shape[0])
     gathered = {
-        "trajectories": (
-            rows[~negative_rows],
-            np.zeros(int((~negative_rows).sum()), np.int64),
-            np.full(int((~negative_rows).sum()), length),
-        ),
-        "negative_samples": (
-            rows[negative_rows],
-            np.zeros(int(negative_rows.sum()), np.int64),
-            np.full(int(negative_rows.sum()), length),
-        ),
+        "trajectories": _whole_rows(rows[~negative_rows], length),
+        "negative_samples": _whole_rows(rows[negative_rows], length),
         **{name: getattr(spans, name).arrays(length) for name in vars(spans)},
     }
     sums = dict.fromkeys(
