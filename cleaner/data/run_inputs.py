@@ -152,14 +152,14 @@ def _tool_config(config: DictConfig) -> dict | None:
 
 
 def _tool_judge_urls(tools: dict | None) -> list[tuple[str, str]]:
-    """(tool class, judge URL) of every code-interpreter tool in the (resolved) tool yaml."""
-    from cleaner.tools.judge_client import with_judge_url
+    """(tool class, judge URL) of every code-interpreter tool in the (resolved) tool yaml, its default included."""
+    from cleaner.tools.code_interpreter import CodeInterpreterConfig
 
     urls = []
     for tool in (tools or {}).get("tools") or []:
         if tool.get("class_name", "").endswith(".CodeInterpreterTool"):
             try:
-                urls.append((tool["class_name"], with_judge_url(dict(tool.get("config") or {})).get("judge_url")))
+                urls.append((tool["class_name"], CodeInterpreterConfig.from_dict(tool.get("config") or {}).judge.url))
             except ValueError:  # a malformed tool block: named by _tool_problems
                 continue
     return urls

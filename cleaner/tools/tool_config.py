@@ -1,4 +1,5 @@
-"""The verl tool yaml with its tools pointed at a judge: the one helper `cleaner rollout` and the recipes use."""
+"""The verl tool yaml with its tools pointed at a judge (`cleaner rollout --judge-url`; the recipes need no copy: the
+shipped yaml reads JUDGE_URL)."""
 
 from __future__ import annotations
 

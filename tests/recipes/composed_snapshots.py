@@ -18,6 +18,7 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -181,21 +182,18 @@ def changed_leaves(config: DictConfig, stock: DictConfig) -> dict[str, Any]:
     return changed
 
 
-class environment:
+@contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
     """The process environment set to `values` (and the UNSET keys removed) inside a `with` block."""
-
-    def __init__(self, values: Mapping[str, str]):
-        self.values = values
-
-    def __enter__(self) -> None:
-        self.saved = dict(os.environ)
-        for key in UNSET:
-            os.environ.pop(key, None)
-        os.environ.update(self.values)
-
-    def __exit__(self, *exc: object) -> None:
+    saved = dict(os.environ)
+    for key in UNSET:
+        os.environ.pop(key, None)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
         os.environ.clear()
-        os.environ.update(self.saved)
+        os.environ.update(saved)
 
 
 def compose_case(case: str, config_dir: Path, stock: DictConfig) -> list[dict[str, Any]]:

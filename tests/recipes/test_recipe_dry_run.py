@@ -538,8 +538,10 @@ def tool_judge(config, monkeypatch) -> str:
     in the environment main_ppo gives its Ray workers (ray_kwargs.ray_init.runtime_env.env_vars)."""
     from verl.tools.tool_registry import initialize_tools_from_config
 
+    # main_ppo hands ray.init this section merged into a config of its own, so it resolves without the rest.
+    runtime_env = OmegaConf.to_container(OmegaConf.merge({}, config.ray_kwargs.ray_init.runtime_env), resolve=True)
     with monkeypatch.context() as worker:
-        for key, value in OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars").items():
+        for key, value in runtime_env["env_vars"].items():
             worker.setenv(key, str(value))
         [tool] = initialize_tools_from_config(config.actor_rollout_ref.rollout.multi_turn.tool_config_path)
     return tool.settings.judge.url
@@ -562,13 +564,15 @@ def test_the_hand_typed_main_ppo_line_with_judge_url_gives_reward_and_tool_one_j
     assert OmegaConf.select(config, REWARD_JUDGE) == tool_judge(config, monkeypatch) == "http://127.0.0.1:8088"
 
 
-def test_the_tool_follows_a_judge_set_on_the_rewards_key(monkeypatch):
-    """An override of the reward's judge alone reaches the tool too: one key decides."""
+def test_a_judge_set_on_the_rewards_key_alone_is_refused_naming_both(monkeypatch):
+    """The tool reads JUDGE_URL: a run that moves only the reward's judge would score with another judge than its
+    tool calls."""
     monkeypatch.setenv("CLEANER_ROOT", str(ROOT))
     monkeypatch.delenv("JUDGE_URL", raising=False)
     config = compose("qwen3_4b_cleaner", [f"{REWARD_JUDGE}=http://judge-b:8088"])
-    assert tool_judge(config, monkeypatch) == "http://judge-b:8088"
-    assert config_file_problems(config) == []
+    assert tool_judge(config, monkeypatch) == "http://127.0.0.1:8088"
+    [problem] = config_file_problems(config)
+    assert "two judges" in problem and "calls http://127.0.0.1:8088" in problem and "http://judge-b:8088" in problem
 
 
 def test_a_run_whose_reward_and_tool_call_different_judges_is_refused_naming_both(monkeypatch, tmp_path):
