@@ -211,7 +211,7 @@ def roc_legacy(config: PurificationConfig, batch, multiple: int) -> dict[str, fl
     kept = torch.from_numpy(selection.kept)
     kept_rows = int(kept.sum())
     padding = max(1, math.ceil(kept_rows / multiple)) * multiple - kept_rows
-    cut = torch.flatnonzero(~kept)
+    cut = torch.nonzero(~kept).flatten()
     pad = cut[:padding]
     extra = _legacy_extra(batch)
     _removed.extend((extra[row], batch.batch["response_mask"][row].clone()) for row in cut[padding:].tolist())
@@ -351,7 +351,7 @@ def roc_v1(config: PurificationConfig, batch) -> tuple[Any, dict[str, float]]:
     data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores"])
     extra = fetch_extra_fields(keys, batch.partition_id)
     scores = row_scores(padded(data["rm_scores"]))
-    selection = select_roc(config, list(data["uid"].tolist()), scores, extra)
+    selection = select_roc(config, list(data.pop("uid").tolist()), scores, extra)
     kept = [key for key, stays in zip(keys, selection.kept.tolist(), strict=True) if stays]
     cut = [row for row, stays in enumerate(selection.kept.tolist()) if not stays]
     padding = []
