@@ -31,11 +31,12 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cleaner.purify.audit import AuditRow, audit_metrics
 from cleaner.purify.config import TRAINER_MODES, Purification, PurificationConfig, PurificationConfigError
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, turns_from_field
+from cleaner.purify.failed_calls import FAILED_CALLS_KEY
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY
 from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
 from cleaner.saar.stats import PREFIX as SAAR_PREFIX
+from cleaner.verl.purification_audit import batch_audit_metrics
 from cleaner.verl.purification_batch import RocSelection, mode_masks, roc_penalties, roc_selection
 
 logger = logging.getLogger(__name__)
@@ -126,36 +127,22 @@ def roc_metrics(selection: RocSelection, padding: int) -> dict[str, float]:
     }
 
 
-def audit_rows(extra: Sequence[dict | None], masks: Sequence[torch.Tensor], advantages: Sequence[torch.Tensor]):
-    """Audit rows of the trajectories of a batch (negative samples are not trajectories and are left out), and of
-    the rows RoC removed from it (untrained)."""
-    removed_extra = [fields for fields, _ in _removed]
-    removed_masks = [torch.zeros_like(mask) for _, mask in _removed]
-    generated = [int((fields or {}).get(GENERATED_TOKENS_KEY) or int(mask.sum())) for fields, mask in _removed]
-    rows = []
-    for index, (fields, mask, advantage) in enumerate(
-        zip([*extra, *removed_extra], [*masks, *removed_masks], [*advantages, *removed_masks], strict=True)
-    ):
-        fields = fields or {}
-        if fields.get(NEGATIVE_SAMPLE_KEY):
-            continue
-        mask_values = mask.tolist()
-        # A row of another agent loop (tool_agent, single_turn_agent) has no record: it never resamples, so its
-        # generated tokens are its model tokens.
-        removed = index >= len(extra)
-        rows.append(
-            AuditRow(
-                turns=turns_from_field(fields.get(TURNS_KEY)),
-                mask=mask_values,
-                advantages=advantage.tolist(),
-                generated_tokens=generated[index - len(extra)]
-                if removed
-                else int(fields.get(GENERATED_TOKENS_KEY) or sum(mask_values)),
-                spliced_spans=fields.get(SPLICED_SPANS) or (),
-            )
-        )
+def with_removed(extra: Sequence, masks: Any, advantages: Any) -> tuple[list, Any, Any]:
+    """The audit's rows: the batch's, then the rows RoC removed from it this step (generated, never trained)."""
+    removed = list(_removed)
     _removed.clear()
-    return rows
+    if not removed:
+        return list(extra), masks, advantages
+    zeros = [torch.zeros_like(mask) for _, mask in removed]
+    if isinstance(masks, torch.Tensor) and not masks.is_nested:
+        width = masks.shape[1]
+        padded_zeros = torch.zeros(len(zeros), width, dtype=masks.dtype, device=masks.device)
+        return (
+            [*extra, *(fields for fields, _ in removed)],
+            torch.cat([masks, padded_zeros]),
+            torch.cat([advantages, padded_zeros.to(advantages.dtype)]),
+        )
+    return [*extra, *(fields for fields, _ in removed)], [*masks.unbind(0), *zeros], [*advantages.unbind(0), *zeros]
 
 
 # ---------------------------------------------------------------- legacy RayPPOTrainer
@@ -164,8 +151,8 @@ def audit_rows(extra: Sequence[dict | None], masks: Sequence[torch.Tensor], adva
 def _legacy_extra(data) -> list[dict]:
     """Per row, the purify/SAAR columns verl made of `extra_fields`."""
     columns = data.non_tensor_batch
-    names = (TURNS_KEY, GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, SPLICED_SPANS, NEGATIVE_SAMPLE_KEY)
-    keys = [key for key in names if key in columns]
+    wanted = (TURNS_KEY, GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, SPLICED_SPANS, NEGATIVE_SAMPLE_KEY, FAILED_CALLS_KEY)
+    keys = [key for key in wanted if key in columns]
     return [{key: columns[key][row] for key in keys} for row in range(len(data))]
 
 
@@ -227,9 +214,13 @@ def roc_legacy(config: PurificationConfig, batch, multiple: int) -> dict[str, fl
     return roc_metrics(selection, len(pad))
 
 
+def _mode() -> Purification | None:
+    return _config.mode if _config is not None else None
+
+
 def legacy_audit(data) -> dict[str, float]:
     mask, advantages = data.batch["response_mask"], data.batch["advantages"]
-    return audit_metrics(audit_rows(_legacy_extra(data), list(mask), list(advantages)))
+    return batch_audit_metrics(*with_removed(_legacy_extra(data), mask, advantages), _mode())
 
 
 def _wrap_compute_advantage(original: Callable) -> Callable:
@@ -379,7 +370,7 @@ def v1_audit(batch) -> dict[str, float]:
         return {}
     data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["response_mask", "advantages"])
     extra = fetch_extra_fields(keys, batch.partition_id)
-    return audit_metrics(audit_rows(extra, list(data["response_mask"].unbind(0)), list(data["advantages"].unbind(0))))
+    return batch_audit_metrics(*with_removed(extra, data["response_mask"], data["advantages"]), _mode())
 
 
 def _wrap_v1_compute_advantage(original: Callable) -> Callable:
