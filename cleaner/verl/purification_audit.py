@@ -2,10 +2,13 @@
 
 `cleaner.purify.audit.audit_row` is the definition (token by token, for recorded trajectories and as the test
 oracle); this module gives the same `AuditCounts` for a whole batch without a per-token Python loop. Every figure
-counts trained tokens of some kind inside some spans (turns, calls, splices, kept failed calls), so per row it takes
-prefix sums of the trained, positive-advantage and negative-advantage tokens and reads each span's count as the
-difference of two prefix sums; Python only walks the spans of the per-turn and failed-call records. Rows are taken
-in blocks so the prefix sums stay small at the recipes' 2,048 rows of 20,480 tokens.
+counts trained tokens of some kind inside some spans (turns, calls, splices, kept failed calls, whole rows). Three
+per-token values are summed: the loss mask (trained tokens), the advantage's sign on trained tokens and its absolute
+value; a span's positive-advantage tokens are (|sign| + sign) / 2, its negative ones (|sign| - sign) / 2. The batch
+is flattened and cut at every span's ends; `numpy.add.reduceat` sums each piece in one read of the tokens (no running
+sum is written per token), and a span's count is a difference of the pieces' running sums (float64, exact). Python
+only walks the spans of the per-turn and failed-call records. Rows are taken in blocks so the per-token temporaries
+stay small at the recipes' 2,048 rows of 20,480 tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from cleaner.purify.audit import REPLACEMENT_KINDS, AuditCounts, counts_metrics
@@ -24,7 +28,8 @@ from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
 from cleaner.saar.stats import PREFIX as SAAR_PREFIX
 
 SPLICED_SPANS = SAAR_PREFIX + "spliced_spans"
-BLOCK_ROWS = 256  # rows per block of prefix sums: 3 x 256 x 20,481 int32 is about 60 MB
+BLOCK_ROWS = 256  # rows per block: 2 x 256 x 20,480 float32 temporaries, about 40 MB
+MAX_TOKENS = 1 << 24  # a float32 piece sum counts every integer up to here exactly
 
 
 @dataclass
@@ -40,11 +45,11 @@ class _Spans:
         self.starts.append(int(start))
         self.ends.append(int(end))
 
-    def tensors(self, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        rows = torch.tensor(self.rows, dtype=torch.long)
-        starts = torch.tensor(self.starts, dtype=torch.long).clamp(0, length)
-        ends = torch.tensor(self.ends, dtype=torch.long).clamp(0, length)
-        return rows, starts, torch.maximum(starts, ends)
+    def arrays(self, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows, starts and ends, clipped to `[0, length]` (an end before its start leaves an empty span)."""
+        starts = np.clip(np.asarray(self.starts, dtype=np.int64), 0, length)
+        ends = np.clip(np.asarray(self.ends, dtype=np.int64), 0, length)
+        return np.asarray(self.rows, dtype=np.int64), starts, np.maximum(starts, ends)
 
 
 @dataclass
@@ -117,24 +122,60 @@ def _record_counts(extra: Sequence[Mapping[str, Any] | None], masks: torch.Tenso
     return counts, spans
 
 
-def _padded(rows: torch.Tensor | Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+def _padded(rows: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
     """A (rows, tokens) tensor of a 2-D tensor or of 1-D rows of any lengths (zero-padded)."""
     if isinstance(rows, torch.Tensor) and not rows.is_nested:
-        return rows.to(dtype)
+        return rows
     rows = list(rows.unbind(0)) if isinstance(rows, torch.Tensor) else list(rows)
-    return torch.nn.utils.rnn.pad_sequence([row.to(dtype) for row in rows], batch_first=True)
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
 
 
-def _span_sums(prefix: torch.Tensor, spans: tuple[torch.Tensor, ...], block: slice) -> int:
-    """Tokens counted by `prefix` (a block's prefix sums) inside the spans of the block's rows."""
-    rows, starts, ends = spans
-    inside = (rows >= block.start) & (rows < block.stop)
-    local = rows[inside] - block.start
-    return int((prefix[local, ends[inside]] - prefix[local, starts[inside]]).sum())
+def _whole_rows(rows: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return rows, np.zeros(len(rows), np.int64), np.full(len(rows), length, np.int64)
 
 
-def _prefix(tokens: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.pad(torch.cumsum(tokens, dim=1, dtype=torch.int32), (1, 0))
+def _block_values(mask: torch.Tensor, advantage: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """The block's (0/1) loss mask and the advantage's sign on trained tokens, flattened (float32). numpy's
+    elementwise kernels run these without torch's per-op threading overhead."""
+    trained = mask.detach().cpu().contiguous().numpy().reshape(-1).astype(np.float32, copy=False)
+    signs = np.sign(advantage.detach().cpu().to(torch.float32).contiguous().numpy().reshape(-1))
+    return trained, np.multiply(signs, trained, out=signs)
+
+
+def _sums_at(values: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """`values[:point].sum()` for each point (sorted, unique, 0 first and `len(values)` last), in float64."""
+    if values.size == 0:
+        return np.zeros(len(points))
+    pieces = np.add.reduceat(values, points[:-1]).astype(np.float64)
+    return np.concatenate(([0.0], np.cumsum(pieces)))
+
+
+def _counts(trained: np.ndarray, signed: np.ndarray, nonzero: np.ndarray) -> tuple[int, int, int, np.ndarray]:
+    """Total trained, positive- and negative-advantage tokens of spans, and each span's trained tokens."""
+    trained_spans = np.rint(trained).astype(np.int64)
+    positive = int(np.rint((nonzero + signed) / 2).sum())
+    negative = int(np.rint((nonzero - signed) / 2).sum())
+    return int(trained_spans.sum()), positive, negative, trained_spans
+
+
+def _block_counts(
+    values: tuple[np.ndarray, np.ndarray], spans: dict[str, tuple[np.ndarray, ...]], block: slice, length: int
+) -> dict[str, tuple[int, int, int, np.ndarray]]:
+    """Per kind of span, the counts (`_counts`) of the spans of the block's rows."""
+    trained, signed = values
+    local = {}  # each span's start and end in the flattened block
+    for name, (rows, starts, ends) in spans.items():
+        inside = (rows >= block.start) & (rows < block.stop)
+        base = (rows[inside] - block.start) * length
+        local[name] = (base + starts[inside], base + ends[inside])
+    points = np.unique(np.concatenate([[0, trained.size], *(edge for pair in local.values() for edge in pair)]))
+    sums = [_sums_at(trained, points), _sums_at(signed, points)]
+    sums.append(_sums_at(np.abs(signed, out=signed), points))
+    counts = {}
+    for name, (starts, ends) in local.items():
+        first, last = np.searchsorted(points, starts), np.searchsorted(points, ends)
+        counts[name] = _counts(*(running[last] - running[first] for running in sums))
+    return counts
 
 
 def batch_audit_counts(
@@ -144,63 +185,54 @@ def batch_audit_counts(
 ) -> AuditCounts:
     """The audit counts of a batch: per row its `extra_fields`, its loss mask and its per-token advantages (as in
     `cleaner.purify.audit.audit_row` for each row; negative samples count only towards the failed-call figures)."""
-    mask = _padded(masks, torch.int32)
-    advantage = _padded(advantages, torch.float32)
+    mask, advantage = _padded(masks), _padded(advantages)
     if advantage.shape[1] < mask.shape[1]:
         raise ValueError(f"{advantage.shape[1]} advantages for responses of {mask.shape[1]} tokens")
+    if mask.shape[1] > MAX_TOKENS:
+        raise ValueError(f"responses of {mask.shape[1]} tokens: the batch audit counts up to {MAX_TOKENS} per row")
     advantage = advantage[:, : mask.shape[1]]
     if len(extra) != mask.shape[0]:
         raise ValueError(f"{len(extra)} rows of extra fields for a batch of {mask.shape[0]} rows")
     counts, spans = _record_counts(extra, mask)
     length = mask.shape[1]
-    gathered = {name: getattr(spans, name).tensors(length) for name in vars(spans)}
-    negative_rows = torch.tensor([bool((fields or {}).get(NEGATIVE_SAMPLE_KEY)) for fields in extra], dtype=torch.bool)
-    totals = dict.fromkeys(
-        ("dropped", "trained", "positive", "negative", "negative_reinforced", "negative_penalized"), 0
-    )
+    negative_rows = np.array([bool((fields or {}).get(NEGATIVE_SAMPLE_KEY)) for fields in extra], dtype=bool)
+    rows = np.arange(mask.shape[0])
+    gathered = {
+        "trajectories": _whole_rows(rows[~negative_rows], length),
+        "negative_samples": _whole_rows(rows[negative_rows], length),
+        **{name: getattr(spans, name).arrays(length) for name in vars(spans)},
+    }
     sums = dict.fromkeys(
-        ("positive_on_failed_turn", "positive_on_failed_code", "negative_on_successful_call", "offpolicy",
-         "failed_reinforced", "failed_penalized", "failed_code_reinforced", "failed_code_penalized", "replacement",
-         "replacement_reinforced"),
+        ("dropped", "trained", "positive", "negative", "positive_on_failed_turn", "positive_on_failed_code",
+         "negative_on_successful_call", "offpolicy", "failed_reinforced", "failed_penalized", "failed_code_reinforced",
+         "failed_code_penalized", "replacement", "replacement_reinforced"),
         0,
     )  # fmt: skip
     for first in range(0, mask.shape[0], BLOCK_ROWS):
         block = slice(first, min(first + BLOCK_ROWS, mask.shape[0]))
-        trained = mask[block] != 0
-        positive = trained & (advantage[block] > 0)
-        negative = trained & (advantage[block] < 0)
-        per_row = torch.stack([trained.sum(1), positive.sum(1), negative.sum(1)], dim=1)
-        is_negative = negative_rows[block]
-        trajectory_rows = per_row[~is_negative]
-        totals["dropped"] += int((trajectory_rows[:, 0] == 0).sum())
-        totals["trained"] += int(trajectory_rows[:, 0].sum())
-        totals["positive"] += int(trajectory_rows[:, 1].sum())
-        totals["negative"] += int(trajectory_rows[:, 2].sum())
-        totals["negative_reinforced"] += int(per_row[is_negative, 1].sum())
-        totals["negative_penalized"] += int(per_row[is_negative, 2].sum())
-        trained_sums, positive_sums, negative_sums = _prefix(trained), _prefix(positive), _prefix(negative)
-        sums["positive_on_failed_turn"] += _span_sums(positive_sums, gathered["failed_turns"], block)
-        sums["positive_on_failed_code"] += _span_sums(positive_sums, gathered["failed_code"], block)
-        sums["negative_on_successful_call"] += _span_sums(negative_sums, gathered["succeeded_turns"], block)
-        sums["offpolicy"] += _span_sums(trained_sums, gathered["spliced"], block)
-        sums["failed_reinforced"] += _span_sums(positive_sums, gathered["kept_failed"], block)
-        sums["failed_penalized"] += _span_sums(negative_sums, gathered["kept_failed"], block)
-        sums["failed_code_reinforced"] += _span_sums(positive_sums, gathered["kept_failed_code"], block)
-        sums["failed_code_penalized"] += _span_sums(negative_sums, gathered["kept_failed_code"], block)
-        sums["replacement"] += _span_sums(trained_sums, gathered["replacement"], block)
-        sums["replacement_reinforced"] += _span_sums(positive_sums, gathered["replacement"], block)
-    # a negative sample trains only its failed call: its tokens are failed-call tokens, code tokens too
-    for name in ("failed_reinforced", "failed_code_reinforced"):
-        sums[name] += totals["negative_reinforced"]
-    for name in ("failed_penalized", "failed_code_penalized"):
-        sums[name] += totals["negative_penalized"]
-    return counts + AuditCounts(
-        dropped=totals["dropped"],
-        trained=totals["trained"],
-        positive=totals["positive"],
-        negative=totals["negative"],
-        **sums,
-    )
+        found = _block_counts(_block_values(mask[block], advantage[block]), gathered, block, length)
+        trained, positive, negative, per_row = found["trajectories"]
+        sums["dropped"] += int((per_row == 0).sum())
+        sums["trained"] += trained
+        sums["positive"] += positive
+        sums["negative"] += negative
+        # a negative sample trains only its failed call: its tokens are failed-call tokens, code tokens too
+        _, positive, negative, _ = found["negative_samples"]
+        sums["failed_reinforced"] += positive
+        sums["failed_code_reinforced"] += positive
+        sums["failed_penalized"] += negative
+        sums["failed_code_penalized"] += negative
+        sums["positive_on_failed_turn"] += found["failed_turns"][1]
+        sums["positive_on_failed_code"] += found["failed_code"][1]
+        sums["negative_on_successful_call"] += found["succeeded_turns"][2]
+        sums["offpolicy"] += found["spliced"][0]
+        sums["failed_reinforced"] += found["kept_failed"][1]
+        sums["failed_penalized"] += found["kept_failed"][2]
+        sums["failed_code_reinforced"] += found["kept_failed_code"][1]
+        sums["failed_code_penalized"] += found["kept_failed_code"][2]
+        sums["replacement"] += found["replacement"][0]
+        sums["replacement_reinforced"] += found["replacement"][1]
+    return counts + AuditCounts(**sums)
 
 
 def batch_audit_metrics(
