@@ -37,7 +37,7 @@ from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY
 from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
 from cleaner.saar.stats import PREFIX as SAAR_PREFIX
 from cleaner.verl.purification_audit import batch_audit_metrics
-from cleaner.verl.purification_batch import RocSelection, mode_masks, roc_penalties, roc_selection
+from cleaner.verl.purification_batch import RocSelection, mode_masks, roc_penalties, roc_selection, zero_rows
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ ROC_PADDING_GROUP = "cleaner-roc-padding"
 _config: PurificationConfig | None = None  # the running trainer's mode, set by install()
 _rollout_n = 1  # actor_rollout_ref.rollout.n of the running trainer, set by install()
 _legacy_audit: dict[str, float] = {}  # the last legacy batch's audit, until compute_data_metrics logs it
-# The rows RoC removed from the step's batch (their extra fields and response masks): the audit counts them as
+# The rows RoC removed from the step's batch (their extra fields and response lengths): the audit counts them as
 # generated and untrained.
-_removed: list[tuple[dict, torch.Tensor]] = []
+_removed: list[tuple[dict, int]] = []
 
 
 # ---------------------------------------------------------------- start-up check
@@ -107,7 +107,7 @@ def purification_problems(config: DictConfig) -> list[str]:
 
 def row_scores(scores: torch.Tensor) -> np.ndarray:
     """Each row's outcome reward: its token-level scores summed (rStar's `token_level_scores.sum(-1)`)."""
-    return scores.to(torch.float64).sum(dim=-1).cpu().numpy()
+    return scores.sum(dim=-1).to(torch.float64).cpu().numpy()
 
 
 def select_roc(config: PurificationConfig, groups: Sequence[Any], scores: np.ndarray, extra: Sequence[dict | None]):
@@ -133,16 +133,12 @@ def with_removed(extra: Sequence, masks: Any, advantages: Any) -> tuple[list, An
     _removed.clear()
     if not removed:
         return list(extra), masks, advantages
-    zeros = [torch.zeros_like(mask) for _, mask in removed]
+    rows = [*extra, *(fields for fields, _ in removed)]
     if isinstance(masks, torch.Tensor) and not masks.is_nested:
-        width = masks.shape[1]
-        padded_zeros = torch.zeros(len(zeros), width, dtype=masks.dtype, device=masks.device)
-        return (
-            [*extra, *(fields for fields, _ in removed)],
-            torch.cat([masks, padded_zeros]),
-            torch.cat([advantages, padded_zeros.to(advantages.dtype)]),
-        )
-    return [*extra, *(fields for fields, _ in removed)], [*masks.unbind(0), *zeros], [*advantages.unbind(0), *zeros]
+        zeros = torch.zeros(len(removed), masks.shape[1], dtype=masks.dtype, device=masks.device)
+        return rows, torch.cat([masks, zeros]), torch.cat([advantages, zeros.to(advantages.dtype)])
+    zeros = [torch.zeros(length) for _, length in removed]
+    return rows, [*masks.unbind(0), *zeros], [*advantages.unbind(0), *zeros]
 
 
 # ---------------------------------------------------------------- legacy RayPPOTrainer
@@ -163,17 +159,13 @@ def _turns_column(data) -> Sequence:
 def apply_legacy(config: PurificationConfig, data) -> torch.Tensor | None:
     """Zero the response mask of `data` (a verl DataProto of a training batch) as `config`'s mode says before the
     advantages; return the rows to loss-mask after them (None: none)."""
-    change = mode_masks(config, data.batch["response_mask"], _turns_column(data))
-    if change.before_advantages is not None:
-        data.batch["response_mask"] = change.before_advantages
-    return change.after_advantages
+    return mode_masks(config, data.batch["response_mask"], _turns_column(data)).after_advantages
 
 
 def loss_mask_rows(data, rows: torch.Tensor) -> None:
     """After the advantages: the rows' response mask and advantages go to 0 (their rewards stayed in the baseline)."""
-    keep = ~rows.unsqueeze(1).to(data.batch["response_mask"].device)
     for name in ("response_mask", "advantages"):
-        data.batch[name] = data.batch[name] * keep
+        zero_rows(data.batch[name], rows)
 
 
 def batch_multiple(trainer) -> int:
@@ -192,25 +184,25 @@ def roc_legacy(config: PurificationConfig, batch, multiple: int) -> dict[str, fl
     group each, as padding up to a multiple of `multiple` rows."""
     if "rm_scores" not in batch.batch.keys():
         raise KeyError("purification=roc needs the rewards (rm_scores) in the batch before it is balanced")
-    selection = select_roc(
-        config, batch.non_tensor_batch["uid"], row_scores(batch.batch["rm_scores"]), _legacy_extra(batch)
-    )
+    extra = _legacy_extra(batch)
+    selection = select_roc(config, batch.non_tensor_batch["uid"], row_scores(batch.batch["rm_scores"]), extra)
     kept = torch.from_numpy(selection.kept)
     kept_rows = int(kept.sum())
     padding = max(1, math.ceil(kept_rows / multiple)) * multiple - kept_rows
     cut = torch.nonzero(~kept).flatten()
     pad = cut[:padding]
-    extra = _legacy_extra(batch)
-    _removed.extend((extra[row], batch.batch["response_mask"][row].clone()) for row in cut[padding:].tolist())
+    width = batch.batch["response_mask"].shape[1]
+    _removed[:] = [(extra[row], width) for row in cut[padding:].tolist()]
     chosen = kept.clone()
     chosen[pad] = True
-    if len(pad):
-        batch.batch["response_mask"][pad] = 0
-        uid = batch.non_tensor_batch["uid"].copy()
-        uid[pad.numpy()] = [f"{ROC_PADDING_GROUP}-{row}" for row in pad.tolist()]
-        batch.non_tensor_batch["uid"] = uid
     selected = batch.select_idxs(chosen)
     batch.batch, batch.non_tensor_batch = selected.batch, selected.non_tensor_batch
+    if len(pad):
+        # the padding rows' places in the selected batch: they train nothing and are each their own group
+        places = (torch.cumsum(chosen.long(), 0) - 1)[pad]
+        batch.batch["response_mask"][places] = 0
+        uid = batch.non_tensor_batch["uid"]
+        uid[places.numpy()] = [f"{ROC_PADDING_GROUP}-{row}" for row in pad.tolist()]
     return roc_metrics(selection, len(pad))
 
 
@@ -354,7 +346,8 @@ def roc_v1(config: PurificationConfig, batch) -> tuple[Any, dict[str, float]]:
     if cut:
         removed = [keys[row] for row in cut]
         masks = tq.kv_batch_get(keys=removed, partition_id=batch.partition_id, select_fields=["response_mask"])
-        _removed.extend((extra[row], mask) for row, mask in zip(cut, masks["response_mask"].unbind(0), strict=True))
+        lengths = [len(mask) for mask in masks["response_mask"].unbind(0)]
+        _removed[:] = [(extra[row], length) for row, length in zip(cut, lengths, strict=True)]
         tq.kv_clear(keys=removed, partition_id=batch.partition_id)
     others = [key for key, tag in zip(batch.keys, batch.tags, strict=True) if tag.get("is_padding", False)]
     return batch.select_keys(kept + padding + others), roc_metrics(selection, len(padding))

@@ -44,20 +44,19 @@ def failed_turn_spans(turns: Sequence[Turns]) -> tuple[torch.Tensor, torch.Tenso
 
 
 def zero_spans(mask: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-    """`mask` (rows x tokens) with `[start, end)` of each listed row set to 0 (a copy)."""
-    out = mask.clone()
-    if rows.numel() == 0:
-        return out
-    width = mask.shape[1]
-    touched, local = torch.unique(rows, return_inverse=True)
-    # +1 where a span opens, -1 where it closes: a running sum > 0 marks the tokens inside a span.
-    edges = torch.zeros(len(touched), width + 1, dtype=torch.int32)
-    ones = torch.ones_like(local, dtype=torch.int32)
-    edges.index_put_((local, starts.clamp(0, width)), ones, accumulate=True)
-    edges.index_put_((local, ends.clamp(0, width)), -ones, accumulate=True)
-    inside = edges[:, :width].cumsum(dim=1) > 0
-    out[touched] = out[touched].masked_fill(inside, 0)
-    return out
+    """`mask` (rows x tokens, changed in place and returned) with `[start, end)` of each listed row set to 0: one
+    slice fill per span (a few per row), never a pass over the whole batch."""
+    for row, start, end in zip(rows.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        mask[row, start:end] = 0
+    return mask
+
+
+def zero_rows(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """`tensor` (rows x tokens, changed in place and returned) with the flagged rows set to 0."""
+    index = torch.nonzero(rows).flatten().to(tensor.device)
+    if len(index):
+        tensor[index] = 0
+    return tensor
 
 
 def roc_penalties(counts: Sequence[Mapping[str, Any] | None], config: PurificationConfig) -> np.ndarray:
@@ -138,15 +137,14 @@ class MaskChange:
 
 
 def mode_masks(config: PurificationConfig, mask: torch.Tensor, turns: Sequence[Turns]) -> MaskChange:
-    """What a masking mode does to a padded `mask` (rows x tokens): the mask before the advantages (dropped rows
-    and masked turns leave the group statistics) and the rows loss-masked after them (void rows stay in the
-    baseline, as SimpleTIR). RoC acts on the batch's rows, not on masks (`roc_selection`)."""
+    """What a masking mode does to a padded `mask` (rows x tokens, changed in place): the mask before the
+    advantages (dropped rows and masked turns leave the group statistics) and the rows loss-masked after them (void
+    rows stay in the baseline, as SimpleTIR). RoC acts on the batch's rows, not on masks (`roc_selection`)."""
     mode = config.mode
     if mode is Purification.ERROR_TURN_MASK:
         return MaskChange(zero_spans(mask, *failed_turn_spans(turns)), None)
     if mode is Purification.ERROR_TRAJECTORY_FILTER:
-        dropped = turn_flag_rows(turns, "failed")
-        return MaskChange(mask.masked_fill(dropped.unsqueeze(1).to(mask.device), 0), None)
+        return MaskChange(zero_rows(mask, turn_flag_rows(turns, "failed")), None)
     if mode is Purification.VOID_TURN_FILTER:
         return MaskChange(None, turn_flag_rows(turns, "void"))
     return MaskChange(None, None)

@@ -70,6 +70,7 @@ def install(monkeypatch):
     monkeypatch.setattr(PPOTrainer, "_balance_batch", PPOTrainer._balance_batch)
     monkeypatch.setattr(ray_trainer.RayPPOTrainer, "_balance_batch", ray_trainer.RayPPOTrainer._balance_batch)
     monkeypatch.setattr(purification, "_config", None)
+    monkeypatch.setattr(purification, "_removed", [])
     group_statistics.install()
 
     def _install(**multi_turn):

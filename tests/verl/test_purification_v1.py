@@ -50,6 +50,7 @@ class InMemoryTransferQueue:
 
 @pytest.fixture
 def queue(monkeypatch):
+    monkeypatch.setattr(purification, "_removed", [])
     fake = InMemoryTransferQueue()
     for name in ("kv_batch_get", "kv_batch_put", "kv_clear"):
         monkeypatch.setattr(transfer_queue, name, getattr(fake, name))

@@ -1,0 +1,155 @@
+"""What purification costs the trainer's driver per step, at the 4B recipe's batch shape.
+
+A synthetic legacy-trainer batch (verl DataProto) shaped like `qwen3_4b_cleaner`'s step: 2,048 rows x 20,480
+response tokens, about 10 assistant turns per row separated by tool outputs, with the agent loop's records
+(`purify_turns`, `purify_generated_tokens`, `purify_roc_counts`, `purify_failed_calls`, SAAR's spliced spans);
+about a fifth of the turns kept a failed call and a tenth of the rows hold a void turn. RoC runs at n = 32
+(64 prompts x 32 rollouts, cut to 16), as `qwen3_4b_roc_matched`. For each mode it times the driver's share of
+the step that `cleaner.verl.purification` adds, in the trainer's own order:
+
+- `roc`: RoC's selection and the removal of the cut rollouts, where the legacy trainer balances the batch;
+- `masks`: the mode's masks before verl's advantage estimator and the void rows' loss mask after it;
+- `audit`: the `purify/*` audit of the batch (`legacy_audit`).
+
+verl's own estimator is not timed (it runs in every mode). Each figure is the median of `--repeats` runs on a
+fresh copy of the batch. The last line, `per step: <seconds> s`, is the slowest mode's total.
+
+Usage: .venv/bin/python benchmarks/purification_cost.py [--rows 2048] [--tokens 20480] [--turns 10] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from verl import DataProto
+
+from cleaner.purify.config import Purification, PurificationConfig
+from cleaner.purify.failed_calls import FAILED_CALLS_KEY, FailedCall
+from cleaner.purify.roc import RocCounts
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, Turn
+from cleaner.verl import purification
+
+ROC_N = 32  # qwen3_4b_roc(_matched): 32 rollouts per prompt, cut to 16
+OTHER_N = 16  # qwen3_4b_cleaner: 16 rollouts per prompt
+PPO_MINI_BATCH_SIZE = 8  # prompts per mini-batch: 8 x 32 = 256 rows, the legacy padding multiple
+SPLICED = purification.SPLICED_SPANS
+
+
+def row_records(rng: random.Random, tokens: int, turns: int) -> tuple[list[int], dict]:
+    """One row: `turns` turns of model tokens (mask 1) with tool outputs between them (mask 0)."""
+    mask = [0] * tokens
+    width = tokens // turns
+    records, failed_calls, spans = [], [], []
+    for index in range(turns):
+        start = index * width
+        end = start + int(width * rng.uniform(0.5, 0.8))
+        mask[start:end] = [1] * (end - start)
+        code_start = start + (end - start) // 2
+        failed = rng.random() < 0.2 and index < turns - 1
+        last = index == turns - 1
+        void = last and rng.random() < 0.1
+        records.append(
+            Turn(start, end, None if last else code_start, None if last else end, call=not last, answer=last and not void,
+                 failed=failed, void=void).to_dict()
+        )  # fmt: skip
+        if failed:
+            failed_calls.append(
+                FailedCall(0, ("runtime_error",), end - start, end - code_start, "kept", start, end, code_start, end)
+            )
+        if not failed and rng.random() < 0.1:
+            spans.append([start, end, 1, "shallow"])
+    counts = RocCounts(turns - 1, sum(turn["failed"] for turn in records), 1, 1, turns - 1)
+    extra = {
+        TURNS_KEY: records,
+        GENERATED_TOKENS_KEY: sum(mask) + sum(call.turn_tokens for call in failed_calls),
+        ROC_COUNTS_KEY: counts.to_dict(),
+        FAILED_CALLS_KEY: [call.to_dict() for call in failed_calls],
+        SPLICED: spans,
+    }
+    return mask, extra
+
+
+def synthetic_batch(rows: int, tokens: int, turns: int, n: int, seed: int = 0) -> DataProto:
+    rng = random.Random(seed)
+    masks, extras = zip(*(row_records(rng, tokens, turns) for _ in range(rows)), strict=True)
+    mask = torch.tensor(masks, dtype=torch.float32)
+    scores = torch.zeros(rows, tokens)
+    scores[:, -1] = torch.tensor([float(rng.random() < 0.5) for _ in range(rows)])
+    non_tensors = {
+        "uid": np.array([f"prompt-{row // n}" for row in range(rows)], dtype=object),
+    }
+    for key in extras[0]:
+        column = np.empty(rows, dtype=object)
+        column[:] = [extra[key] for extra in extras]
+        non_tensors[key] = column
+    return DataProto.from_dict(
+        tensors={
+            "response_mask": mask,
+            "rm_scores": scores,
+            "token_level_scores": scores,
+            "advantages": (scores[:, -1:] - 0.5) * mask,
+        },
+        non_tensors=non_tensors,
+    )
+
+
+def timed(step: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
+
+
+def run_mode(mode: Purification, batch: DataProto, n: int) -> dict[str, float]:
+    config = PurificationConfig(purification=mode, roc_min_correct=2, roc_min_incorrect=2)
+    purification._config, purification._rollout_n = config, n
+    data = copy.deepcopy(batch)
+    figures = {"roc": 0.0}
+    if mode is Purification.ROC:
+        figures["roc"] = timed(lambda: purification.roc_legacy(config, data, PPO_MINI_BATCH_SIZE * n))
+    loss_masked: list = []
+    figures["masks"] = timed(lambda: loss_masked.append(purification.apply_legacy(config, data)))
+    if loss_masked[0] is not None:
+        figures["masks"] += timed(lambda: purification.loss_mask_rows(data, loss_masked[0]))
+    figures["audit"] = timed(lambda: purification.legacy_audit(data))
+    figures["rows"] = float(len(data))
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2048)
+    parser.add_argument("--tokens", type=int, default=20480)
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    batches = {n: synthetic_batch(args.rows, args.tokens, args.turns, n) for n in sorted({OTHER_N, ROC_N})}
+    print(
+        f"{args.rows} rows x {args.tokens} response tokens, {args.turns} turns per row; median of {args.repeats} "
+        "(seconds, one thread)\n"
+    )
+    print("| mode | n | rows after | roc | masks | audit | total |")
+    print("|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for mode in Purification:
+        n = ROC_N if mode is Purification.ROC else OTHER_N
+        runs = [run_mode(mode, batches[n], n) for _ in range(args.repeats)]
+        median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+        total = median["roc"] + median["masks"] + median["audit"]
+        worst = max(worst, total)
+        print(
+            f"| {mode.value} | {n} | {int(median['rows'])} | {median['roc']:.3f} | {median['masks']:.3f} | "
+            f"{median['audit']:.3f} | {total:.3f} |"
+        )
+    print(f"\nper step: {worst:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
