@@ -1,26 +1,30 @@
 """What purification costs the trainer's driver per step, at the 4B recipe's batch shape.
 
-A synthetic legacy-trainer batch (verl DataProto) shaped like `qwen3_4b_cleaner`'s step: 2,048 rows x 20,480
-response tokens, about 10 assistant turns per row separated by tool outputs, with the agent loop's records
-(`purify_turns`, `purify_generated_tokens`, `purify_roc_counts`, `purify_failed_calls`, SAAR's spliced spans);
-about a fifth of the turns kept a failed call and a tenth of the rows hold a void turn. RoC runs at n = 32
-(64 prompts x 32 rollouts, cut to 16), as `qwen3_4b_roc_matched`. For each mode it times the driver's share of
-the step that `cleaner.verl.purification` adds, in the trainer's own order:
+A synthetic legacy-trainer batch (verl DataProto) shaped like `qwen3_4b_cleaner`'s step where verl balances it:
+2,048 rows x 20,480 response tokens after prompts of 2,560, verl's tensors at their dtypes (`prompts`,
+`responses`, `input_ids`, `attention_mask`, `position_ids`, `response_mask`, `rm_scores`), 10 assistant turns per
+row separated by tool outputs, with the agent loop's records (`purify_turns`, `purify_generated_tokens`,
+`purify_roc_counts`, `purify_failed_calls`, SAAR's spliced spans); a fifth of the turns kept a failed call and a
+tenth of the rows end in a void turn. RoC runs at n = 32 (64 prompts x 32 rollouts, cut to 16), as
+`qwen3_4b_roc_matched`, the other modes at n = 16. For each mode it times what `cleaner.verl.purification` adds
+to the driver's step, in the trainer's order:
 
-- `roc`: RoC's selection and the removal of the cut rollouts, where the legacy trainer balances the batch;
+- `roc`: RoC's selection and the removal of the cut rollouts where the legacy trainer balances the batch (a copy
+  of the kept rows of every tensor), padded to 8 prompts x 32 rows;
 - `masks`: the mode's masks before verl's advantage estimator and the void rows' loss mask after it;
-- `audit`: the `purify/*` audit of the batch (`legacy_audit`).
+- `audit`: the `purify/*` audit of the batch (`legacy_audit`), RoC's removed rows included.
 
-verl's own estimator is not timed (it runs in every mode). Each figure is the median of `--repeats` runs on a
-fresh copy of the batch. The last line, `per step: <seconds> s`, is the slowest mode's total.
+verl's own estimator is not timed (it runs in every mode). For scale, the table is followed by what verl's own
+`_balance_batch` reorder of the same batch costs (a copy of every row). Each figure is the median of
+`--repeats` runs. The last line, `per step: <seconds> s`, is the slowest mode's total.
 
-Usage: .venv/bin/python benchmarks/purification_cost.py [--rows 2048] [--tokens 20480] [--turns 10] [--repeats 3]
+Usage: .venv/bin/python benchmarks/purification_cost.py [--rows 2048] [--tokens 20480] [--prompt 2560]
+       [--turns 10] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import random
 import statistics
 import time
@@ -76,28 +80,42 @@ def row_records(rng: random.Random, tokens: int, turns: int) -> tuple[list[int],
     return mask, extra
 
 
-def synthetic_batch(rows: int, tokens: int, turns: int, n: int, seed: int = 0) -> DataProto:
+def synthetic_batches(rows: int, tokens: int, prompt: int, turns: int, seed: int = 0) -> dict[int, DataProto]:
+    """The batch grouped as `qwen3_4b_cleaner` (n = 16) and as `qwen3_4b_roc_matched` (n = 32): one set of tensors."""
     rng = random.Random(seed)
     masks, extras = zip(*(row_records(rng, tokens, turns) for _ in range(rows)), strict=True)
-    mask = torch.tensor(masks, dtype=torch.float32)
+    response_mask = torch.tensor(masks, dtype=torch.int64)
     scores = torch.zeros(rows, tokens)
     scores[:, -1] = torch.tensor([float(rng.random() < 0.5) for _ in range(rows)])
-    non_tensors = {
-        "uid": np.array([f"prompt-{row // n}" for row in range(rows)], dtype=object),
+    attention = torch.cat([torch.ones(rows, prompt, dtype=torch.int64), torch.ones_like(response_mask)], dim=1)
+    tensors = {
+        "prompts": torch.randint(0, 150_000, (rows, prompt)),
+        "responses": torch.randint(0, 150_000, (rows, tokens)),
+        "input_ids": torch.randint(0, 150_000, (rows, prompt + tokens)),
+        "attention_mask": attention,
+        "position_ids": torch.cumsum(attention, dim=1) - 1,
+        "response_mask": response_mask,
+        "rm_scores": scores,
     }
+    columns = {}
     for key in extras[0]:
         column = np.empty(rows, dtype=object)
         column[:] = [extra[key] for extra in extras]
-        non_tensors[key] = column
-    return DataProto.from_dict(
-        tensors={
-            "response_mask": mask,
-            "rm_scores": scores,
-            "token_level_scores": scores,
-            "advantages": (scores[:, -1:] - 0.5) * mask,
-        },
-        non_tensors=non_tensors,
-    )
+        columns[key] = column
+    return {
+        n: DataProto.from_dict(
+            tensors=tensors,
+            non_tensors={**columns, "uid": np.array([f"prompt-{row // n}" for row in range(rows)], dtype=object)},
+        )
+        for n in (OTHER_N, ROC_N)
+    }
+
+
+def fresh(batch: DataProto) -> DataProto:
+    """A batch sharing `batch`'s tensors but its own response mask and columns (the modes write those)."""
+    tensors = dict(batch.batch.items())
+    tensors["response_mask"] = tensors["response_mask"].clone()
+    return DataProto.from_dict(tensors=tensors, non_tensors={k: v.copy() for k, v in batch.non_tensor_batch.items()})
 
 
 def timed(step: Callable[[], object]) -> float:
@@ -109,10 +127,12 @@ def timed(step: Callable[[], object]) -> float:
 def run_mode(mode: Purification, batch: DataProto, n: int) -> dict[str, float]:
     config = PurificationConfig(purification=mode, roc_min_correct=2, roc_min_incorrect=2)
     purification._config, purification._rollout_n = config, n
-    data = copy.deepcopy(batch)
+    data = fresh(batch)
     figures = {"roc": 0.0}
     if mode is Purification.ROC:
         figures["roc"] = timed(lambda: purification.roc_legacy(config, data, PPO_MINI_BATCH_SIZE * n))
+    # what verl's estimator would have written (not timed)
+    data.batch["advantages"] = (data.batch["rm_scores"][:, -1:] - 0.5) * data.batch["response_mask"]
     loss_masked: list = []
     figures["masks"] = timed(lambda: loss_masked.append(purification.apply_legacy(config, data)))
     if loss_masked[0] is not None:
@@ -126,14 +146,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2048)
     parser.add_argument("--tokens", type=int, default=20480)
+    parser.add_argument("--prompt", type=int, default=2560)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    batches = {n: synthetic_batch(args.rows, args.tokens, args.turns, n) for n in sorted({OTHER_N, ROC_N})}
+    batches = synthetic_batches(args.rows, args.tokens, args.prompt, args.turns)
     print(
-        f"{args.rows} rows x {args.tokens} response tokens, {args.turns} turns per row; median of {args.repeats} "
-        "(seconds, one thread)\n"
+        f"{args.rows} rows x {args.tokens} response tokens (prompts {args.prompt}), {args.turns} turns per row; "
+        f"seconds, median of {args.repeats}, one thread\n"
     )
     print("| mode | n | rows after | roc | masks | audit | total |")
     print("|---|---|---|---|---|---|---|")
@@ -148,7 +169,11 @@ def main() -> None:
             f"| {mode.value} | {n} | {int(median['rows'])} | {median['roc']:.3f} | {median['masks']:.3f} | "
             f"{median['audit']:.3f} | {total:.3f} |"
         )
-    print(f"\nper step: {worst:.2f} s")
+    reorder = statistics.median(
+        timed(lambda: fresh(batches[OTHER_N]).reorder(torch.randperm(args.rows))) for _ in range(args.repeats)
+    )
+    print(f"\nfor scale, verl's _balance_batch reorder of the same batch: {reorder:.3f} s")
+    print(f"per step: {worst:.2f} s")
 
 
 if __name__ == "__main__":
