@@ -31,12 +31,13 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cleaner.purify.audit import counts_metrics
 from cleaner.purify.config import TRAINER_MODES, Purification, PurificationConfig, PurificationConfigError
 from cleaner.purify.failed_calls import FAILED_CALLS_KEY
 from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY
 from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
 from cleaner.saar.stats import PREFIX as SAAR_PREFIX
-from cleaner.verl.purification_audit import batch_audit_metrics
+from cleaner.verl.purification_audit import batch_audit_counts
 from cleaner.verl.purification_batch import RocSelection, mode_masks, roc_penalties, roc_selection, zero_rows
 
 logger = logging.getLogger(__name__)
@@ -52,9 +53,8 @@ ROC_PADDING_GROUP = "cleaner-roc-padding"
 _config: PurificationConfig | None = None  # the running trainer's mode, set by install()
 _rollout_n = 1  # actor_rollout_ref.rollout.n of the running trainer, set by install()
 _legacy_audit: dict[str, float] = {}  # the last legacy batch's audit, until compute_data_metrics logs it
-# The rows RoC removed from the step's batch (their extra fields and response lengths): the audit counts them as
-# generated and untrained.
-_removed: list[tuple[dict, int]] = []
+# The extra fields of the rows RoC removed from the step's batch: the audit counts them as generated and untrained.
+_removed: list[dict] = []
 
 
 # ---------------------------------------------------------------- start-up check
@@ -127,18 +127,16 @@ def roc_metrics(selection: RocSelection, padding: int) -> dict[str, float]:
     }
 
 
-def with_removed(extra: Sequence, masks: Any, advantages: Any) -> tuple[list, Any, Any]:
-    """The audit's rows: the batch's, then the rows RoC removed from it this step (generated, never trained)."""
+def audit(extra: Sequence, masks: Any, advantages: Any) -> dict[str, float]:
+    """The `purify/*` audit of a batch's rows and of the rows RoC removed from it this step (generated, never
+    trained: an all-zero mask one token wide, which the audit's spans are clipped to)."""
+    counts = batch_audit_counts(extra, masks, advantages)
     removed = list(_removed)
     _removed.clear()
-    if not removed:
-        return list(extra), masks, advantages
-    rows = [*extra, *(fields for fields, _ in removed)]
-    if isinstance(masks, torch.Tensor) and not masks.is_nested:
-        zeros = torch.zeros(len(removed), masks.shape[1], dtype=masks.dtype, device=masks.device)
-        return rows, torch.cat([masks, zeros]), torch.cat([advantages, zeros.to(advantages.dtype)])
-    zeros = [torch.zeros(length) for _, length in removed]
-    return rows, [*masks.unbind(0), *zeros], [*advantages.unbind(0), *zeros]
+    if removed:
+        zeros = torch.zeros(len(removed), 1)
+        counts = counts + batch_audit_counts(removed, zeros, zeros)
+    return counts_metrics(counts, _mode()) if len(extra) + len(removed) else {}
 
 
 # ---------------------------------------------------------------- legacy RayPPOTrainer
@@ -191,8 +189,7 @@ def roc_legacy(config: PurificationConfig, batch, multiple: int) -> dict[str, fl
     padding = max(1, math.ceil(kept_rows / multiple)) * multiple - kept_rows
     cut = torch.nonzero(~kept).flatten()
     pad = cut[:padding]
-    width = batch.batch["response_mask"].shape[1]
-    _removed[:] = [(extra[row], width) for row in cut[padding:].tolist()]
+    _removed[:] = [extra[row] for row in cut[padding:].tolist()]
     chosen = kept.clone()
     chosen[pad] = True
     selected = batch.select_idxs(chosen)
@@ -212,7 +209,7 @@ def _mode() -> Purification | None:
 
 def legacy_audit(data) -> dict[str, float]:
     mask, advantages = data.batch["response_mask"], data.batch["advantages"]
-    return batch_audit_metrics(*with_removed(_legacy_extra(data), mask, advantages), _mode())
+    return audit(_legacy_extra(data), mask, advantages)
 
 
 def _wrap_compute_advantage(original: Callable) -> Callable:
@@ -345,9 +342,7 @@ def roc_v1(config: PurificationConfig, batch) -> tuple[Any, dict[str, float]]:
         _put(batch, padding, {"response_mask": zero, "loss_mask": zero})
     if cut:
         removed = [keys[row] for row in cut]
-        masks = tq.kv_batch_get(keys=removed, partition_id=batch.partition_id, select_fields=["response_mask"])
-        lengths = [len(mask) for mask in masks["response_mask"].unbind(0)]
-        _removed[:] = [(extra[row], length) for row, length in zip(cut, lengths, strict=True)]
+        _removed[:] = [extra[row] for row in cut]
         tq.kv_clear(keys=removed, partition_id=batch.partition_id)
     others = [key for key, tag in zip(batch.keys, batch.tags, strict=True) if tag.get("is_padding", False)]
     return batch.select_keys(kept + padding + others), roc_metrics(selection, len(padding))
@@ -363,7 +358,7 @@ def v1_audit(batch) -> dict[str, float]:
         return {}
     data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["response_mask", "advantages"])
     extra = fetch_extra_fields(keys, batch.partition_id)
-    return batch_audit_metrics(*with_removed(extra, data["response_mask"], data["advantages"]), _mode())
+    return audit(extra, data["response_mask"], data["advantages"])
 
 
 def _wrap_v1_compute_advantage(original: Callable) -> Callable:
