@@ -1,7 +1,7 @@
 """rStar2-Agent's GRPO-RoC, as its code does it: the penalty terms on the decoded response, equal-reward rejection
 and Resample-on-Correct (microsoft/rStar, `rstar2_agent/down_sample/roc.py` and `reject_sampling.py`).
 
-This is the definition, per record; `cleaner.verl.roc_batch` computes the same selection with array operations
+This is the definition, per record; `cleaner.verl.purification_batch` computes the same selection with array operations
 over a training batch. docs/purification.md maps rStar's template onto ours and lists every difference.
 """
 
