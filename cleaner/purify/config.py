@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
+from cleaner.purify.roc import count_problems
+
 SECTION = "actor_rollout_ref.rollout.multi_turn"
 
 
@@ -20,7 +22,7 @@ class Purification(StrEnum):
     ERROR_TURN_MASK = "error_turn_mask"  # mask the model tokens of every turn whose call failed
     VOID_TURN_FILTER = "void_turn_filter"  # SimpleTIR: a trajectory with a void turn trains nothing
     ERROR_TRAJECTORY_FILTER = "error_trajectory_filter"  # a trajectory that kept a failed call trains nothing
-    ROC = "roc"  # rStar2-Agent's GRPO-RoC: oversample, keep the cleanest correct and a uniform draw of failures
+    ROC = "roc"  # rStar2-Agent's GRPO-RoC: oversample, keep the cleanest correct rollouts and the first failures
 
 
 # Modes the trainer applies to the training batch (SAAR acts in the agent loop, none does nothing).
@@ -42,16 +44,23 @@ class PurificationConfig:
     # RoC: rollout.n = roc_oversampling x the kept group size (rStar2-Agent: 32 rollouts cut to 16).
     roc_oversampling: int = 2
     # At least this many correct / incorrect rollouts stay in a cut group when the group has them
-    # (rStar2-Agent's min_non_zero_reward_trace_num / min_zero_reward_trace_num; its script passes 2 and 2).
+    # (rStar2-Agent's min_non_zero_reward_trace_num / min_zero_reward_trace_num; its script passes 2 and 2,
+    # its yaml's -1 is this 0).
     roc_min_correct: int = 0
     roc_min_incorrect: int = 0
-    roc_seed: int = 0  # seeds the uniform draw of the kept failures
+    # rStar2-Agent's reject_equal_reward, roc_error_ratio and roc_answer_format, as its training script sets them.
+    roc_reject_equal_reward: bool = True  # a group whose rewards are all equal leaves the batch
+    roc_error_ratio: bool = True  # the penalty counts the share of tool responses holding "error"
+    roc_answer_format: bool = True  # the penalty counts the answer-format term
 
     def __post_init__(self) -> None:
-        for key in ("roc_oversampling", "roc_min_correct", "roc_min_incorrect", "roc_seed"):
+        for key in ("roc_oversampling", "roc_min_correct", "roc_min_incorrect"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise PurificationConfigError(f"{SECTION}.{key} must be an integer, got {value!r}")
+        for key in ("roc_reject_equal_reward", "roc_error_ratio", "roc_answer_format"):
+            if not isinstance(getattr(self, key), bool):
+                raise PurificationConfigError(f"{SECTION}.{key} must be true or false, got {getattr(self, key)!r}")
         if self.roc_oversampling < 1:
             raise PurificationConfigError(f"{SECTION}.roc_oversampling must be >= 1, got {self.roc_oversampling}")
         if self.roc_min_correct < 0 or self.roc_min_incorrect < 0:
@@ -108,6 +117,14 @@ class PurificationConfig:
             return [
                 f"{SECTION}.roc_min_correct + roc_min_incorrect = {self.roc_min_correct + self.roc_min_incorrect} "
                 f"exceeds the kept group size {kept} (rollout.n / roc_oversampling)"
+            ]
+        splits = count_problems(rollout_n, kept, self.roc_min_correct, self.roc_min_incorrect)
+        if splits:
+            return [
+                f"purification=roc with actor_rollout_ref.rollout.n={rollout_n}, {SECTION}.roc_oversampling={ratio}, "
+                f"roc_min_correct={self.roc_min_correct}, roc_min_incorrect={self.roc_min_incorrect}: rStar2-Agent's "
+                f"rounded shares do not add up to the kept group size {kept} when {splits[0]} (its code asserts "
+                "they do): change rollout.n or the minimums"
             ]
         return []
 

@@ -21,8 +21,9 @@ from typing import Any
 from cleaner.purify.audit import AuditCounts, AuditRow, audit_counts, grpo_advantages
 from cleaner.purify.config import PurificationConfig
 from cleaner.purify.failed_calls import FAILED_CALLS_KEY, FailedCall, failed_calls_from_field
-from cleaner.purify.masks import Trajectory, purified_masks
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, turns_from_field
+from cleaner.purify.masks import Trajectory, purify
+from cleaner.purify.roc import RocCounts
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, turns_from_field
 
 SPLICED_SPANS = "saar_spliced_spans"
 # The advantage a negative sample's call is counted with: only its sign enters the audit.
@@ -84,11 +85,22 @@ def audit_records(
     scores = [float(record["score"]) for record in records]
     turns = [turns_from_field(record[TURNS_KEY]) for record in records]
     batch = [
-        Trajectory(group=group, score=score, turns=record_turns, mask=list(record["response_mask"]))
+        Trajectory(
+            group=group,
+            score=score,
+            turns=record_turns,
+            mask=list(record["response_mask"]),
+            roc=RocCounts.from_dict(record[ROC_COUNTS_KEY]) if record.get(ROC_COUNTS_KEY) is not None else None,
+        )
         for group, score, record_turns, record in zip(groups, scores, turns, records, strict=True)
     ]
-    masks = purified_masks(config, batch)
-    advantages = grpo_advantages(scores, groups, [any(mask) for mask in masks])
+    purified = purify(config, batch)
+    masks = purified.masks
+    # A void trajectory's reward stays in its group's baseline (SimpleTIR); a row without a trained token gets 0.
+    advantages = [
+        advantage if any(mask) else 0.0
+        for advantage, mask in zip(grpo_advantages(scores, groups, purified.baseline), masks, strict=True)
+    ]
     rows = []
     for record_turns, mask, advantage, record in zip(turns, masks, advantages, records, strict=True):
         calls = failed_calls_from_field(record[FAILED_CALLS_KEY]) if FAILED_CALLS_KEY in record else None

@@ -12,6 +12,7 @@ from cleaner.saar.stats import EXTRA_FIELD_KEYS, PREFIX
 # 2: spliced spans are [start, end, attempt, kind] and rollback events carry log_is_ratio / is_tokens / is_decision.
 # 3: `purify_turns` (one entry per kept assistant turn, cleaner.purify.turns.Turn) and `purify_generated_tokens`.
 # 4: `purify_failed_calls` (every failed call generated, rolled back or kept, cleaner.purify.failed_calls).
+#    Each turn's `void` (SimpleTIR's rule on its text) and `purify_roc_counts` (rStar2-Agent's RoC counts).
 RECORD_VERSION = 4
 
 

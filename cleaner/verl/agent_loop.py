@@ -648,7 +648,8 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
             finder,
         )
-        output.extra_fields.update(self.turn_recorder.extra_fields(turns))
+        text = self.tokenizer.decode(output.response_ids, skip_special_tokens=False)
+        output.extra_fields.update(self.turn_recorder.extra_fields(turns, text))
         if self.saar_config.drop_infra_error_trajectories and stats.infra_errors > 0:
             # verl's trainers use the response mask as the loss mask: all zero, the trajectory adds no gradient.
             output.response_mask = [0] * len(output.response_mask)

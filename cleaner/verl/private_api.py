@@ -120,6 +120,22 @@ PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
     ),
     # the trainer-side purification modes and the purify/* audit (cleaner.verl.purification)
     PrivateMethod("verl.trainer.ppo.ray_trainer", "compute_advantage", ("data", "adv_estimator"), "purification"),
+    # RoC removes the cut rollouts where each trainer balances its batch (cleaner.verl.purification)
+    PrivateMethod(
+        "verl.trainer.ppo.ray_trainer",
+        "RayPPOTrainer._balance_batch",
+        ("self", "batch", "metrics", "logging_prefix", "keep_minibatch"),
+        "purification",
+    ),
+    PrivateMethod(
+        "verl.trainer.ppo.v1.trainer_base",
+        "PPOTrainer._balance_batch",
+        ("self", "batch", "metrics", "logging_prefix", "keep_minibatch"),
+        "purification",
+    ),
+    PrivateMethod(
+        "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._get_dp_size", ("self", "worker_group", "role"), "purification"
+    ),
     PrivateMethod("verl.trainer.ppo.v1.utils", "compute_advantage", ("data", "adv_estimator"), "tool_dpo.hooks"),
     # DAPO's group filter classifies groups on their trained rows only (cleaner.verl.group_statistics)
     PrivateMethod(

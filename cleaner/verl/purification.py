@@ -1,36 +1,44 @@
 """`multi_turn.purification` in verl's trainers: the start-up check, the trainer-side modes and the `purify/*` audit.
 
-The rules are `cleaner.purify`'s; this module applies them where each trainer computes advantages, on training
-batches only (validation never computes advantages):
+The rules are `cleaner.purify`'s, computed over the whole batch by `cleaner.verl.purification_batch`; this module
+applies them on training batches only (validation never computes advantages):
 
-| trainer | hook | mask | audit |
-|---------|------|------|-------|
-| legacy `RayPPOTrainer` | `ray_trainer.compute_advantage(data, ...)` | `data.batch["response_mask"]` zeroed before the estimator | after it, from `data`; logged through `ray_trainer.compute_data_metrics` |
-| v1 `PPOTrainer` | `PPOTrainer._compute_advantage(batch, metrics)` | `response_mask` and `loss_mask` rewritten in TransferQueue before verl reads them | after it, from TransferQueue into `metrics` |
+| trainer | RoC: rows removed | masks before the advantages | void rows loss-masked after them | audit |
+|---------|-------------------|-----------------------------|----------------------------------|-------|
+| legacy `RayPPOTrainer` | `_balance_batch(batch, metrics)`, in place | `ray_trainer.compute_advantage(data, ...)`: `response_mask` | in the same wrapper, after verl's estimator | after it; logged through `ray_trainer.compute_data_metrics` |
+| v1 `PPOTrainer` | `_balance_batch(batch, metrics)`: kept keys, the others cleared from TransferQueue | `_compute_advantage(batch, metrics)`: `response_mask` and `loss_mask` in TransferQueue | the same, plus `advantages` | after it, into `metrics` |
 
-A mode that drops a trajectory zeroes its whole mask; `cleaner.verl.group_statistics` then keeps it out of its
-group's mean and std, so RoC's kept rollouts form each prompt's GRPO group. The audit runs in every mode, SAAR
-and none included, and only reads. `install(config)` is called by `CleanerAgentLoopManager` in the trainer's
-process; it reads the mode once from the config the trainer was started with.
+A mask zeroed before the advantages takes the row out of its group's mean and std
+(`cleaner.verl.group_statistics`); a void row is masked after them, so its reward stays in its group's baseline
+as in SimpleTIR. RoC removes the cut rollouts before the batch is balanced, before any forward pass (as
+rStar2-Agent filters before its old-log-prob pass); verl needs the batch to divide into data-parallel ranks and
+PPO mini-batches: the v1 trainer pads it with its own no-op rows, the legacy trainer (which cannot pad) keeps
+just enough cut rows, with an all-zero mask and a group of their own, to reach that multiple. The audit runs in
+every mode, SAAR and none included, and only reads; RoC's removed rows enter it untrained. `install(config)` is
+called by `CleanerAgentLoopManager` in the trainer's process; it reads the mode once from the config the trainer
+was started with.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cleaner.purify.audit import counts_metrics
 from cleaner.purify.config import TRAINER_MODES, Purification, PurificationConfig, PurificationConfigError
 from cleaner.purify.failed_calls import FAILED_CALLS_KEY
-from cleaner.purify.masks import Trajectory, purified_masks
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, turns_from_field
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY
 from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
 from cleaner.saar.stats import PREFIX as SAAR_PREFIX
-from cleaner.verl.purification_audit import batch_audit_metrics
+from cleaner.verl.purification_audit import batch_audit_counts
+from cleaner.verl.purification_batch import RocSelection, mode_masks, roc_penalties, roc_selection, zero_rows
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +47,14 @@ MANAGER = "cleaner.verl.agent_loop_manager.CleanerAgentLoopManager"
 SPLICED_SPANS = SAAR_PREFIX + "spliced_spans"
 _MARK = "__cleaner_purification__"
 
+ROC_PREFIX = "purify/roc_"
+ROC_PADDING_GROUP = "cleaner-roc-padding"
+
 _config: PurificationConfig | None = None  # the running trainer's mode, set by install()
+_rollout_n = 1  # actor_rollout_ref.rollout.n of the running trainer, set by install()
 _legacy_audit: dict[str, float] = {}  # the last legacy batch's audit, until compute_data_metrics logs it
+# The extra fields of the rows RoC removed from the step's batch: the audit counts them as generated and untrained.
+_removed: list[dict] = []
 
 
 # ---------------------------------------------------------------- start-up check
@@ -66,6 +80,13 @@ def purification_problems(config: DictConfig) -> list[str]:
     if mode is Purification.ROC:
         from cleaner.verl.group_statistics import GROUPED_ESTIMATORS
 
+        legacy = OmegaConf.select(config, "trainer.use_v1") is False
+        if legacy and not OmegaConf.select(config, "trainer.balance_batch", default=True):
+            problems.append(
+                f"{MULTI_TURN}.purification=roc removes the cut rollouts where the legacy trainer balances its batch: "
+                "set trainer.balance_batch=true (or use the v1 trainer, trainer.use_v1=true)"
+            )
+
         problems += purification.roc_problems(int(OmegaConf.select(config, "actor_rollout_ref.rollout.n") or 1))
         estimator = str(OmegaConf.select(config, "algorithm.adv_estimator"))
         if estimator not in GROUPED_ESTIMATORS:
@@ -84,31 +105,38 @@ def purification_problems(config: DictConfig) -> list[str]:
 # ---------------------------------------------------------------- the rules on a batch
 
 
-def _score(row_scores: Any) -> float:
-    return float(torch.as_tensor(row_scores, dtype=torch.float32).sum())
+def row_scores(scores: torch.Tensor) -> np.ndarray:
+    """Each row's outcome reward: its token-level scores summed (rStar's `token_level_scores.sum(-1)`)."""
+    return scores.sum(dim=-1).to(torch.float64).cpu().numpy()
 
 
-def purify_masks(
-    config: PurificationConfig,
-    groups: Sequence[Any],
-    scores: Sequence[float],
-    extra: Sequence[dict | None],
-    masks: Sequence[torch.Tensor],
-) -> list[torch.Tensor] | None:
-    """The masks `config`'s mode trains `masks` with (None: the mode changes nothing in the trainer)."""
-    if config.mode not in TRAINER_MODES:
-        return None
-    batch = [
-        Trajectory(
-            group=str(group),
-            score=float(score),
-            turns=turns_from_field((fields or {}).get(TURNS_KEY)),
-            mask=mask.tolist(),
-        )
-        for group, score, fields, mask in zip(groups, scores, extra, masks, strict=True)
-    ]
-    purified = purified_masks(config, batch)
-    return [torch.tensor(values, dtype=mask.dtype) for values, mask in zip(purified, masks, strict=True)]
+def select_roc(config: PurificationConfig, groups: Sequence[Any], scores: np.ndarray, extra: Sequence[dict | None]):
+    penalties = roc_penalties([(fields or {}).get(ROC_COUNTS_KEY) for fields in extra], config)
+    return roc_selection(groups, scores, penalties, config, _rollout_n)
+
+
+def roc_metrics(selection: RocSelection, padding: int) -> dict[str, float]:
+    kept = int(selection.kept.sum())
+    return {
+        ROC_PREFIX + "sampled_rows": float(len(selection.kept)),
+        ROC_PREFIX + "kept_rows": float(kept),
+        ROC_PREFIX + "removed_rows": float(len(selection.kept) - kept),
+        ROC_PREFIX + "rejected_equal_reward_groups": float(selection.rejected_groups),
+        ROC_PREFIX + "short_groups": float(selection.short_groups),
+        ROC_PREFIX + "padding_rows": float(padding),
+    }
+
+
+def audit(extra: Sequence, masks: Any, advantages: Any) -> dict[str, float]:
+    """The `purify/*` audit of a batch's rows and of the rows RoC removed from it this step (generated, never
+    trained: an all-zero mask one token wide, which the audit's spans are clipped to)."""
+    counts = batch_audit_counts(extra, masks, advantages)
+    removed = list(_removed)
+    _removed.clear()
+    if removed:
+        zeros = torch.zeros(len(removed), 1)
+        counts = counts + batch_audit_counts(removed, zeros, zeros)
+    return counts_metrics(counts, _mode()) if len(extra) + len(removed) else {}
 
 
 # ---------------------------------------------------------------- legacy RayPPOTrainer
@@ -117,26 +145,62 @@ def purify_masks(
 def _legacy_extra(data) -> list[dict]:
     """Per row, the purify/SAAR columns verl made of `extra_fields`."""
     columns = data.non_tensor_batch
-    wanted = (TURNS_KEY, GENERATED_TOKENS_KEY, SPLICED_SPANS, NEGATIVE_SAMPLE_KEY, FAILED_CALLS_KEY)
+    wanted = (TURNS_KEY, GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, SPLICED_SPANS, NEGATIVE_SAMPLE_KEY, FAILED_CALLS_KEY)
     keys = [key for key in wanted if key in columns]
     return [{key: columns[key][row] for key in keys} for row in range(len(data))]
 
 
-def apply_legacy(config: PurificationConfig, data) -> None:
-    """Zero the response mask of `data` (a verl DataProto of a training batch) as `config`'s mode says."""
-    mask = data.batch["response_mask"]
-    scores = data.batch["token_level_scores"] if "token_level_scores" in data.batch.keys() else None
-    if scores is None:
-        raise KeyError("purification needs token_level_scores in the batch before advantages")
-    purified = purify_masks(
-        config,
-        data.non_tensor_batch["uid"],
-        [_score(row) for row in scores],
-        _legacy_extra(data),
-        list(mask),
-    )
-    if purified is not None:
-        data.batch["response_mask"] = torch.stack(purified).to(mask.device)
+def _turns_column(data) -> Sequence:
+    return data.non_tensor_batch[TURNS_KEY] if TURNS_KEY in data.non_tensor_batch else [None] * len(data)
+
+
+def apply_legacy(config: PurificationConfig, data) -> torch.Tensor | None:
+    """Zero the response mask of `data` (a verl DataProto of a training batch) as `config`'s mode says before the
+    advantages; return the rows to loss-mask after them (None: none)."""
+    return mode_masks(config, data.batch["response_mask"], _turns_column(data)).after_advantages
+
+
+def loss_mask_rows(data, rows: torch.Tensor) -> None:
+    """After the advantages: the rows' response mask and advantages go to 0 (their rewards stayed in the baseline)."""
+    for name in ("response_mask", "advantages"):
+        zero_rows(data.batch[name], rows)
+
+
+def batch_multiple(trainer) -> int:
+    """The row multiple verl 0.9.1's workers need of a legacy batch: data-parallel ranks and PPO mini-batches
+    (each `ppo_mini_batch_size` x `rollout.n` rows), as the v1 trainer's `_get_required_batch_multiple`."""
+    config = trainer.config
+    multiple = trainer._get_dp_size(trainer.actor_rollout_wg, "actor")
+    multiple = math.lcm(multiple, int(config.actor_rollout_ref.actor.ppo_mini_batch_size) * _rollout_n)
+    if trainer.use_critic:
+        multiple = math.lcm(multiple, int(config.critic.ppo_mini_batch_size) * _rollout_n)
+    return multiple
+
+
+def roc_legacy(config: PurificationConfig, batch, multiple: int) -> dict[str, float]:
+    """Remove RoC's cut rollouts from `batch` (a DataProto, in place); keep the first cut rows, all-zero mask and a
+    group each, as padding up to a multiple of `multiple` rows."""
+    if "rm_scores" not in batch.batch.keys():
+        raise KeyError("purification=roc needs the rewards (rm_scores) in the batch before it is balanced")
+    extra = _legacy_extra(batch)
+    selection = select_roc(config, batch.non_tensor_batch["uid"], row_scores(batch.batch["rm_scores"]), extra)
+    kept = torch.from_numpy(selection.kept)
+    kept_rows = int(kept.sum())
+    padding = max(1, math.ceil(kept_rows / multiple)) * multiple - kept_rows
+    cut = torch.nonzero(~kept).flatten()
+    pad = cut[:padding]
+    _removed[:] = [extra[row] for row in cut[padding:].tolist()]
+    chosen = kept.clone()
+    chosen[pad] = True
+    selected = batch.select_idxs(chosen)
+    batch.batch, batch.non_tensor_batch = selected.batch, selected.non_tensor_batch
+    if len(pad):
+        # the padding rows' places in the selected batch: they train nothing and are each their own group
+        places = (torch.cumsum(chosen.long(), 0) - 1)[pad]
+        batch.batch["response_mask"][places] = 0
+        uid = batch.non_tensor_batch["uid"]
+        uid[places.numpy()] = [f"{ROC_PADDING_GROUP}-{row}" for row in pad.tolist()]
+    return roc_metrics(selection, len(pad))
 
 
 def _mode() -> Purification | None:
@@ -145,7 +209,7 @@ def _mode() -> Purification | None:
 
 def legacy_audit(data) -> dict[str, float]:
     mask, advantages = data.batch["response_mask"], data.batch["advantages"]
-    return batch_audit_metrics(_legacy_extra(data), mask, advantages, _mode())
+    return audit(_legacy_extra(data), mask, advantages)
 
 
 def _wrap_compute_advantage(original: Callable) -> Callable:
@@ -153,9 +217,10 @@ def _wrap_compute_advantage(original: Callable) -> Callable:
     def compute_advantage(data, *args, **kwargs):
         # Only the legacy trainer's batch carries the agent loop's columns (v1 has its own hook, below).
         legacy_batch = TURNS_KEY in data.non_tensor_batch
-        if legacy_batch and _config is not None:
-            apply_legacy(_config, data)
+        loss_masked = apply_legacy(_config, data) if legacy_batch and _config is not None else None
         data = original(data, *args, **kwargs)
+        if loss_masked is not None:
+            loss_mask_rows(data, loss_masked)
         if legacy_batch:
             _legacy_audit.clear()
             _legacy_audit.update(legacy_audit(data))
@@ -163,6 +228,17 @@ def _wrap_compute_advantage(original: Callable) -> Callable:
 
     setattr(compute_advantage, _MARK, True)
     return compute_advantage
+
+
+def _wrap_legacy_balance_batch(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _balance_batch(self, batch, metrics, *args, **kwargs):
+        if _config is not None and _config.mode is Purification.ROC and TURNS_KEY in batch.non_tensor_batch:
+            metrics.update(roc_legacy(_config, batch, batch_multiple(self)))
+        return original(self, batch, metrics, *args, **kwargs)
+
+    setattr(_balance_batch, _MARK, True)
+    return _balance_batch
 
 
 def _wrap_compute_data_metrics(original: Callable) -> Callable:
@@ -184,35 +260,92 @@ def _real_keys(batch) -> list[int]:
     return [index for index, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
 
 
-def _nested(rows: Sequence[torch.Tensor]) -> torch.Tensor:
-    return torch.nested.as_nested_tensor(list(rows), layout=torch.jagged)
+def padded(nested: torch.Tensor) -> torch.Tensor:
+    """A jagged TransferQueue field (rows x their lengths) as a zero-padded rows x longest tensor."""
+    return nested.to_padded_tensor(0) if nested.is_nested else nested
 
 
-def apply_v1(config: PurificationConfig, batch) -> None:
-    """Rewrite `response_mask` and `loss_mask` in TransferQueue for the rows of `batch` the mode changes."""
+def jagged_like(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`values` (padded rows x tokens) cut back to the row lengths of the jagged tensor `like`."""
+    if not like.is_nested:
+        return values
+    offsets = like.offsets()
+    lengths = offsets.diff()
+    inside = torch.arange(values.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
+    return torch.nested.nested_tensor_from_jagged(values[inside].to(like.dtype), offsets)
+
+
+def _put(batch, keys: list[str], fields: dict[str, torch.Tensor]) -> None:
     import transfer_queue as tq
     from tensordict import TensorDict
 
+    tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=TensorDict(fields, batch_size=len(keys)))
+
+
+def _real(batch) -> list[str]:
+    return [batch.keys[index] for index in _real_keys(batch)]
+
+
+def apply_v1(config: PurificationConfig, batch) -> torch.Tensor | None:
+    """Before the advantages: rewrite `response_mask` and `loss_mask` in TransferQueue as the mode says; return the
+    rows of `_real(batch)` to loss-mask after them (None: none)."""
+    import transfer_queue as tq
+
     from cleaner.verl.trainer_metrics import fetch_extra_fields
 
-    keys = [batch.keys[index] for index in _real_keys(batch)]
+    keys = _real(batch)
+    if not keys:
+        return None
+    turns = [fields.get(TURNS_KEY) for fields in fetch_extra_fields(keys, batch.partition_id)]
+    nested = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["response_mask"])
+    nested = nested["response_mask"]
+    change = mode_masks(config, padded(nested), turns)
+    if change.before_advantages is not None:
+        mask = jagged_like(change.before_advantages, nested)
+        _put(batch, keys, {"response_mask": mask, "loss_mask": mask})
+    return change.after_advantages
+
+
+def loss_mask_v1(batch, rows: torch.Tensor) -> None:
+    """After the advantages: the rows' `response_mask`, `loss_mask` and `advantages` go to 0 in TransferQueue."""
+    import transfer_queue as tq
+
+    keys = [key for key, masked in zip(_real(batch), rows.tolist(), strict=True) if masked]
     if not keys:
         return
-    data = tq.kv_batch_get(
-        keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "response_mask"]
-    )
-    masks = list(data["response_mask"].unbind(0))
-    purified = purify_masks(
-        config,
-        list(data.pop("uid").tolist()),
-        [_score(row) for row in data["rm_scores"].unbind(0)],
-        fetch_extra_fields(keys, batch.partition_id),
-        masks,
-    )
-    if purified is None:
-        return
-    fields = TensorDict({"response_mask": _nested(purified), "loss_mask": _nested(purified)}, batch_size=len(keys))
-    tq.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=fields)
+    names = ["response_mask", "loss_mask", "advantages"]
+    data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=names)
+    _put(batch, keys, {name: jagged_like(torch.zeros_like(padded(data[name])), data[name]) for name in names})
+
+
+def roc_v1(config: PurificationConfig, batch) -> tuple[Any, dict[str, float]]:
+    """`batch` (a KVBatchMeta) without RoC's cut rollouts, which leave TransferQueue; verl pads the rest. A step
+    that keeps nothing keeps one cut row with an all-zero mask, so that verl has a row to pad from."""
+    import transfer_queue as tq
+
+    from cleaner.verl.trainer_metrics import fetch_extra_fields
+
+    keys = _real(batch)
+    if not keys:
+        return batch, {}
+    data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores"])
+    extra = fetch_extra_fields(keys, batch.partition_id)
+    scores = row_scores(padded(data["rm_scores"]))
+    selection = select_roc(config, list(data.pop("uid").tolist()), scores, extra)
+    kept = [key for key, stays in zip(keys, selection.kept.tolist(), strict=True) if stays]
+    cut = [row for row, stays in enumerate(selection.kept.tolist()) if not stays]
+    padding = []
+    if not kept and cut:
+        padding = [keys[cut.pop(0)]]
+        mask = tq.kv_batch_get(keys=padding, partition_id=batch.partition_id, select_fields=["response_mask"])
+        zero = jagged_like(torch.zeros_like(padded(mask["response_mask"])), mask["response_mask"])
+        _put(batch, padding, {"response_mask": zero, "loss_mask": zero})
+    if cut:
+        removed = [keys[row] for row in cut]
+        _removed[:] = [extra[row] for row in cut]
+        tq.kv_clear(keys=removed, partition_id=batch.partition_id)
+    others = [key for key, tag in zip(batch.keys, batch.tags, strict=True) if tag.get("is_padding", False)]
+    return batch.select_keys(kept + padding + others), roc_metrics(selection, len(padding))
 
 
 def v1_audit(batch) -> dict[str, float]:
@@ -220,20 +353,23 @@ def v1_audit(batch) -> dict[str, float]:
 
     from cleaner.verl.trainer_metrics import fetch_extra_fields
 
-    keys = [batch.keys[index] for index in _real_keys(batch)]
+    keys = _real(batch)
     if not keys:
         return {}
     data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["response_mask", "advantages"])
     extra = fetch_extra_fields(keys, batch.partition_id)
-    return batch_audit_metrics(extra, data["response_mask"], data["advantages"], _mode())
+    return audit(extra, data["response_mask"], data["advantages"])
 
 
 def _wrap_v1_compute_advantage(original: Callable) -> Callable:
     @functools.wraps(original)
     def _compute_advantage(self, batch, metrics, *args, **kwargs):
+        loss_masked = None
         if _config is not None and _config.mode in TRAINER_MODES:
-            apply_v1(_config, batch)
+            loss_masked = apply_v1(_config, batch)
         result = original(self, batch, metrics, *args, **kwargs)
+        if loss_masked is not None:
+            loss_mask_v1(batch, loss_masked)
         metrics.update(v1_audit(batch))  # the same keys; `batch` carries the padding tags
         return result
 
@@ -241,13 +377,26 @@ def _wrap_v1_compute_advantage(original: Callable) -> Callable:
     return _compute_advantage
 
 
+def _wrap_v1_balance_batch(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _balance_batch(self, batch, metrics, *args, **kwargs):
+        if _config is not None and _config.mode is Purification.ROC and batch.partition_id != "val":
+            batch, roc = roc_v1(_config, batch)
+            metrics.update(roc)
+        return original(self, batch, metrics, *args, **kwargs)
+
+    setattr(_balance_batch, _MARK, True)
+    return _balance_batch
+
+
 # ---------------------------------------------------------------- install
 
 
 def install(config: DictConfig) -> None:
     """Apply the configured mode and log the audit in both trainers of this process (idempotent)."""
-    global _config
+    global _config, _rollout_n
     _config = PurificationConfig.from_multi_turn(OmegaConf.select(config, MULTI_TURN) or {})
+    _rollout_n = int(OmegaConf.select(config, "actor_rollout_ref.rollout.n") or 1)
     from cleaner.verl.private_api import require_verl_api
 
     require_verl_api()
@@ -258,6 +407,10 @@ def install(config: DictConfig) -> None:
         ray_trainer.compute_advantage = _wrap_compute_advantage(ray_trainer.compute_advantage)
     if not getattr(ray_trainer.compute_data_metrics, _MARK, False):
         ray_trainer.compute_data_metrics = _wrap_compute_data_metrics(ray_trainer.compute_data_metrics)
+    if not getattr(ray_trainer.RayPPOTrainer._balance_batch, _MARK, False):
+        ray_trainer.RayPPOTrainer._balance_batch = _wrap_legacy_balance_batch(ray_trainer.RayPPOTrainer._balance_batch)
     if not getattr(PPOTrainer._compute_advantage, _MARK, False):
         PPOTrainer._compute_advantage = _wrap_v1_compute_advantage(PPOTrainer._compute_advantage)
+    if not getattr(PPOTrainer._balance_batch, _MARK, False):
+        PPOTrainer._balance_batch = _wrap_v1_balance_batch(PPOTrainer._balance_batch)
     logger.info("cleaner: purification=%s; purify/* audit hooked into verl's trainers", _config.mode.value)

@@ -5,7 +5,10 @@ with the assistant message whose call it was (the last one in `messages` while t
 splices turns, but it keeps message objects, so at the end the kept assistant messages (those after the last
 user message) name the failed turns; they pair in order with the runs of mask-1 tokens of the final response,
 which give each turn's token range. A turn that ended the trajectory by a limit has no message and no call that
-ran. The result goes into `extra_fields` (`cleaner.purify.turns.EXTRA_FIELD_KEYS`).
+ran; its text still tells whether it holds a complete code block, which is all SimpleTIR's void rule reads
+(`cleaner.purify.turns.is_void_text`, on every turn's text). rStar2-Agent's RoC counts come from the whole
+response decoded with its special tokens, as rStar decodes it (`cleaner.purify.roc.roc_counts`). The result goes
+into `extra_fields` (`cleaner.purify.turns.EXTRA_FIELD_KEYS`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, Turn, mask_runs
+from cleaner.purify.roc import roc_counts
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, Turn, is_void_text, mask_runs
 from cleaner.rewards.final_answer import final_turn, last_boxed
 from cleaner.saar.outcome import ErrorCategory, OutcomeKind, ToolOutcome
 
@@ -47,6 +51,7 @@ class TurnRecorder:
         decode: Callable[[Sequence[int]], str],
         find_call_start: Callable[[Sequence[int]], int | None] | None,
     ) -> list[Turn]:
+        """The kept turns; `decode` gives a token run's text without special tokens."""
         last_user = max((i for i, item in enumerate(messages) if item.get("role") == "user"), default=-1)
         assistant = [item for item in messages[last_user + 1 :] if item.get("role") == "assistant"]
         turns = []
@@ -55,6 +60,7 @@ class TurnRecorder:
             outcomes = self._outcomes.get(id(message), (None, []))[1] if message is not None else []
             well_formed = [item for item in outcomes if item.category is not ErrorCategory.BAD_CALL]
             ids = list(response_ids[start:end])
+            text = decode(ids)
             call = bool(message and message.get("tool_calls")) and (bool(well_formed) or not outcomes)
             code_start = code_end = None
             if call or outcomes:
@@ -67,11 +73,17 @@ class TurnRecorder:
                     code_start=code_start,
                     code_end=code_end,
                     call=call,
-                    answer=has_final_answer(decode(ids)),
+                    answer=has_final_answer(text),
                     failed=any(item.kind is OutcomeKind.MODEL_ERROR for item in outcomes),
+                    void=is_void_text(text),
                 )
             )
         return turns
 
-    def extra_fields(self, turns: list[Turn]) -> dict[str, Any]:
-        return {TURNS_KEY: [turn.to_dict() for turn in turns], GENERATED_TOKENS_KEY: self.generated_tokens}
+    def extra_fields(self, turns: list[Turn], response_text: str) -> dict[str, Any]:
+        """The record; `response_text` is the whole response decoded with its special tokens."""
+        return {
+            TURNS_KEY: [turn.to_dict() for turn in turns],
+            GENERATED_TOKENS_KEY: self.generated_tokens,
+            ROC_COUNTS_KEY: roc_counts(response_text).to_dict(),
+        }

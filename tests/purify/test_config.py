@@ -43,11 +43,22 @@ def test_saar_with_rollback_is_the_same_thing():
         ({}, 6, r"rollout\.n=6 must be a multiple of .*roc_oversampling=4"),
         ({}, 4, "keeps .* = 1 rollout per prompt"),
         ({"roc_min_correct": 2, "roc_min_incorrect": 1}, 8, "exceeds the kept group size 2"),
+        # 12 cut to 3 with 6 correct: round(1.5) + round(1.5) = 4 (rStar's code asserts the shares add up)
+        ({}, 12, r"do not add up to the kept group size 3 when 6 correct of 12 keeps 4"),
     ],
 )
 def test_roc_refuses_groups_it_cannot_cut(values, n, message):
     config = PurificationConfig(purification=Purification.ROC, roc_oversampling=4, **values)
     assert any(re.search(message, problem) for problem in config.roc_problems(n))
+
+
+def test_roc_follows_rstar2_agents_script_unless_told_otherwise():
+    config = PurificationConfig.from_multi_turn({"purification": "roc"})
+    assert (config.roc_reject_equal_reward, config.roc_error_ratio, config.roc_answer_format) == (True, True, True)
+    config = PurificationConfig.from_multi_turn({"purification": "roc", "roc_reject_equal_reward": False})
+    assert config.roc_reject_equal_reward is False
+    with pytest.raises(PurificationConfigError, match="roc_error_ratio must be true or false"):
+        PurificationConfig.from_multi_turn({"purification": "roc", "roc_error_ratio": "yes"})
 
 
 def test_roc_accepts_n_as_a_multiple_of_the_ratio():

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from cleaner.purify.turns import Turn, mask_runs, turns_from_field
+import pytest
+
+from cleaner.purify.turns import Turn, is_void_text, mask_runs, turns_from_field
+
+CALL = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(1)"}}\n</tool_call>'
 
 
 def test_mask_runs_are_the_turns_model_tokens():
@@ -12,7 +16,7 @@ def test_mask_runs_are_the_turns_model_tokens():
 
 
 def test_the_dict_form_round_trips_and_none_is_no_turns():
-    turn = Turn(3, 9, 5, 9, call=True, answer=False, failed=True)
+    turn = Turn(3, 9, 5, 9, call=True, answer=False, failed=True, void=False)
     assert turn.to_dict() == {
         "start": 3,
         "end": 9,
@@ -21,13 +25,24 @@ def test_the_dict_form_round_trips_and_none_is_no_turns():
         "call": True,
         "answer": False,
         "failed": True,
+        "void": False,
     }
     assert turns_from_field([turn.to_dict()]) == [turn]
     assert turns_from_field(None) == []
 
 
-def test_a_turn_is_void_without_a_call_and_without_an_answer():
-    assert Turn(0, 1, None, None, call=False, answer=False, failed=False).void
-    assert not Turn(0, 1, None, None, call=False, answer=True, failed=False).void
-    # a failed call is still a complete code block
-    assert not Turn(0, 1, 0, 1, call=True, answer=False, failed=True).void
+@pytest.mark.parametrize(
+    ("text", "void"),
+    [
+        ("Let me compute.\n" + CALL, False),  # a complete call, whether or not the loop ran it
+        ("Let me compute.\n" + CALL[:-20], True),  # cut inside the call by a length limit
+        ("Run:\n```python\nprint(1)\n```\nthen see.", False),  # SimpleTIR's own fenced block
+        ("Run:\n```py\nprint(1)\n```", False),
+        ("Run:\n```python\nprint(1)", True),  # a fence cut before its end
+        ("<think>\nhmm\n</think>\n\nThe total is \\boxed{55}.", False),
+        ("The total is \\boxed{55", False),  # SimpleTIR tests for `\boxed{` only
+        ("I am not sure what to do next.", True),
+    ],
+)
+def test_simpletirs_void_rule_on_a_turns_text(text, void):
+    assert is_void_text(text) is void

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from cleaner.purify.failed_calls import FAILED_CALLS_KEY, FailedCall
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, Turn
+from cleaner.purify.roc import RocCounts
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, Turn
 from cleaner.rollout.problems import Problem
 from cleaner.saar.outcome import ErrorCategory
 from cleaner.saar.stats import RollbackEvent, SplicedSpan, TrajectoryStats
@@ -64,6 +65,7 @@ def make_record(
                 Turn(len(mask) - len(turn2), len(mask), None, None, call=False, answer=True, failed=False).to_dict(),
             ],
             GENERATED_TOKENS_KEY: len(turn1) * (2 if rollback else 1) + len(turn2),
+            ROC_COUNTS_KEY: RocCounts(1, 0, answer_opens=1, answers=1, assistant_turns=1).to_dict(),
             # the rolled-back first attempt (recorded with the replacement's length, as its resampled tokens are)
             FAILED_CALLS_KEY: [
                 FailedCall(

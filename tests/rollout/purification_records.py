@@ -3,7 +3,8 @@ with hand-checked turns. Every trajectory: turn 0 = tokens 0..3 (a call, code 2.
 
 from __future__ import annotations
 
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, Turn
+from cleaner.purify.roc import RocCounts
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, Turn
 from cleaner.saar.stats import FAIL_COUNTER_NAMES, PREFIX
 
 MASK = [1, 1, 1, 1, 0, 0, 1, 1, 1, 1]  # 8 trained tokens
@@ -15,8 +16,10 @@ def record(problem: str, sample: int, *, saar: bool, correct: bool, failed: bool
     """One trajectory: a call (failed if `failed`), then a final answer (or, if `void`, neither call nor answer)."""
     turns = [
         Turn(0, 4, 2, 4, call=True, answer=False, failed=failed),
-        Turn(6, 10, None, None, call=False, answer=not void, failed=False),
+        Turn(6, 10, None, None, call=False, answer=not void, failed=False, void=void),
     ]
+    # rStar's counts of the same response: one tool response (an error if the call failed), the answer's turn
+    counts = RocCounts(1, int(failed), answer_opens=int(not void), answers=int(not void), assistant_turns=1)
     counters = {PREFIX + name: 0 for name in FAIL_COUNTER_NAMES}
     counters[PREFIX + "fail_exception"] = int(failed or spliced)  # a rolled-back call failed too
     generated = GENERATED + (4 if spliced else 0)
@@ -36,6 +39,7 @@ def record(problem: str, sample: int, *, saar: bool, correct: bool, failed: bool
         "saar_spliced_spans": [[0, 4, 1, "shallow"]] if spliced else [],
         TURNS_KEY: [turn.to_dict() for turn in turns],
         GENERATED_TOKENS_KEY: generated,
+        ROC_COUNTS_KEY: counts.to_dict(),
     }
 
 

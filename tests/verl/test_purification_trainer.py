@@ -1,5 +1,6 @@
 """cleaner.verl.purification on verl's real advantage code (legacy trainer, no Ray): each trainer-side mode
-zeroes the right masks before GRPO, dropped rows leave their group, and the audit is logged in every mode."""
+zeroes the right masks before GRPO (dropped rows leave their group) or after it (void rows stay in the baseline),
+RoC removes its cut rollouts where the batch is balanced, and the audit is logged in every mode."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from verl import DataProto
 from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, Turn
+from cleaner.purify.roc import RocCounts
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, Turn
 from cleaner.verl import group_statistics, purification
 from cleaner.verl.purification import MANAGER, purification_problems
 
@@ -65,7 +67,10 @@ def install(monkeypatch):
     # verl's own data metrics need a whole step's batch; the audit is added to whatever they return.
     monkeypatch.setattr(ray_trainer, "compute_data_metrics", lambda batch, use_critic=True: {"verl": 1.0})
     monkeypatch.setattr(PPOTrainer, "_compute_advantage", PPOTrainer._compute_advantage)
+    monkeypatch.setattr(PPOTrainer, "_balance_batch", PPOTrainer._balance_batch)
+    monkeypatch.setattr(ray_trainer.RayPPOTrainer, "_balance_batch", ray_trainer.RayPPOTrainer._balance_batch)
     monkeypatch.setattr(purification, "_config", None)
+    monkeypatch.setattr(purification, "_removed", [])
     group_statistics.install()
 
     def _install(**multi_turn):
@@ -120,25 +125,88 @@ def test_error_trajectory_filter_drops_the_row_and_its_reward_leaves_the_group(i
     assert metrics["purify/dropped_trajectory_share"] == 0.25
 
 
-def test_void_turn_filter_drops_a_row_with_a_void_turn(install):
+def test_void_rows_leave_the_loss_but_stay_in_the_grpo_baseline(install):
+    """SimpleTIR's [1, 1, 0 void, 0 void]: the correct rows get verl's GRPO over all four rows, +0.87."""
     install(purification="void_turn_filter")
     data = batch()
-    void = Turn(3, 5, None, None, call=False, answer=False, failed=False)
-    data.non_tensor_batch[TURNS_KEY][2] = [CALL.to_dict(), void.to_dict()]
-    data, _ = step(data)
-    assert row_masks(data) == [MASK, MASK, [0] * 6, MASK]
-
-
-def test_roc_keeps_the_clean_correct_rollout_and_one_failure_as_the_group(install):
-    install(purification="roc")  # n = 4, oversampling 2: a kept group of 2
-    data, metrics = step(batch())
-    masks = row_masks(data)
-    assert masks[0] == [0] * 6 and masks[1] == MASK
-    assert sorted(mask == MASK for mask in masks[2:]) == [False, True]
-    kept = [row for row, mask in enumerate(masks) if any(mask)]
-    assert data.batch["advantages"][kept, 3].tolist() == pytest.approx(grpo([1.0, 0.0]), abs=1e-5)
+    data.batch["token_level_scores"][:, 4] = data.batch["token_level_rewards"][:, 4] = torch.tensor([1.0, 1, 0, 0])
+    void = Turn(3, 5, None, None, call=False, answer=False, failed=False, void=True)
+    for row in (2, 3):
+        data.non_tensor_batch[TURNS_KEY][row] = [CALL.to_dict(), void.to_dict()]
+    data, metrics = step(data)
+    assert row_masks(data) == [MASK, MASK, [0] * 6, [0] * 6]
+    assert grpo([1.0, 1.0, 0.0, 0.0])[0] == pytest.approx(0.866, abs=1e-3)
+    assert data.batch["advantages"][:, 3].tolist() == pytest.approx([*grpo([1.0, 1.0, 0.0, 0.0])[:2], 0, 0], abs=1e-5)
     assert metrics["purify/dropped_trajectory_share"] == 0.5
-    assert metrics["purify/generated_tokens_per_trained_token"] == pytest.approx(20 / 8)
+
+
+CLEAN_COUNTS = RocCounts(tool_responses=1, error_responses=0, answer_opens=1, answers=1, assistant_turns=1)
+ERROR_COUNTS = RocCounts(tool_responses=1, error_responses=1, answer_opens=1, answers=1, assistant_turns=1)
+
+
+def roc_batch() -> DataProto:
+    """Two prompts of 4 rollouts: `a` mixed (its correct row 0 kept a failed call), `b` all correct."""
+    data = batch()
+    data = DataProto.concat([data, batch()])
+    data.non_tensor_batch["uid"] = np.array(["a"] * 4 + ["b"] * 4, dtype=object)
+    scores = torch.zeros(8, len(MASK))
+    scores[:, 4] = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    data.batch["rm_scores"] = scores
+    counts = np.empty(8, dtype=object)
+    counts[:] = [(ERROR_COUNTS if row == 0 else CLEAN_COUNTS).to_dict() for row in range(8)]
+    data.non_tensor_batch[ROC_COUNTS_KEY] = counts
+    data.non_tensor_batch["row"] = np.arange(8)
+    return data
+
+
+class LegacyTrainer:
+    """What the balance hook reads of verl's RayPPOTrainer: data-parallel size and mini-batch settings."""
+
+    def __init__(self, dp_size: int, ppo_mini_batch_size: int):
+        self.config = OmegaConf.create({"actor_rollout_ref": {"actor": {"ppo_mini_batch_size": ppo_mini_batch_size}}})
+        self.actor_rollout_wg, self.use_critic, self.dp_size = None, False, dp_size
+        self.balanced: list[int] = []
+
+    def _get_dp_size(self, worker_group, role):
+        return self.dp_size
+
+
+def balance(trainer: LegacyTrainer, data: DataProto) -> dict:
+    def verl_balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        self.balanced = batch.non_tensor_batch["row"].tolist()
+
+    metrics: dict[str, float] = {}
+    purification._wrap_legacy_balance_batch(verl_balance_batch)(trainer, data, metrics)
+    return metrics
+
+
+def test_roc_removes_the_cut_rollouts_before_the_batch_is_balanced(install):
+    install(purification="roc")  # n = 4, oversampling 2: a kept group of 2
+    data = roc_batch()
+    trainer = LegacyTrainer(dp_size=2, ppo_mini_batch_size=1)  # a multiple of lcm(2, 1 x 4) = 4 rows
+    metrics = balance(trainer, data)
+    # group a: round(2 x 2 / 4) = 1 correct, the clean one (row 1), and the first failure (row 2); group b has
+    # equal rewards and leaves; two cut rows (0 and 3) stay as padding, mask 0, each its own group
+    assert trainer.balanced == [0, 1, 2, 3] and len(data) == 4
+    assert row_masks(data) == [[0] * 6, MASK, MASK, [0] * 6]
+    assert data.non_tensor_batch["uid"][[1, 2]].tolist() == ["a", "a"]
+    assert not {"a", "b"} & set(data.non_tensor_batch["uid"][[0, 3]].tolist())
+    assert metrics["purify/roc_kept_rows"] == 2 and metrics["purify/roc_padding_rows"] == 2
+    assert metrics["purify/roc_rejected_equal_reward_groups"] == 1
+    data, audit = step(data)
+    assert data.batch["advantages"][[1, 2], 3].tolist() == pytest.approx(grpo([1.0, 0.0]), abs=1e-5)
+    assert data.batch["advantages"][[0, 3]].abs().sum() == 0
+    # every sampled row is audited: the 4 removed ones as generated and untrained
+    assert audit["purify/trajectories"] == 8 and audit["purify/trained_tokens"] == 8
+
+
+def test_roc_kept_rows_on_a_multiple_need_no_padding(install):
+    install(purification="roc")
+    trainer = LegacyTrainer(dp_size=2, ppo_mini_batch_size=1)
+    data = roc_batch()
+    data.batch["rm_scores"][4:, 4] = torch.tensor([1.0, 0.0, 1.0, 0.0])  # group b mixed too: 4 rows kept
+    metrics = balance(trainer, data)
+    assert trainer.balanced == [1, 2, 4, 5] and metrics["purify/roc_padding_rows"] == 0
 
 
 def test_a_batch_without_the_agent_loop_columns_is_left_alone(install):
@@ -158,10 +226,14 @@ def test_a_batch_without_the_agent_loop_columns_is_left_alone(install):
         ({"purification": "roc"}, {"n": 5}, r"rollout\.n=5 must be a multiple"),
         ({"purification": "roc"}, {"agent": {"agent_loop_manager_class": None}}, "agent_loop_manager_class="),
         ({"purification": "error_turn_mask", "save_negative_samples": True}, {}, "save_negative_samples"),
+        ({"purification": "roc"}, {"trainer": {"use_v1": False, "balance_batch": False}}, "trainer.balance_batch"),
     ],
 )
 def test_the_start_up_check_refuses_naming_the_key(multi_turn, rollout, message):
-    config = OmegaConf.merge(trainer_config(**multi_turn), {"actor_rollout_ref": {"rollout": rollout}})
+    trainer = rollout.pop("trainer", {})
+    config = OmegaConf.merge(
+        trainer_config(**multi_turn), {"actor_rollout_ref": {"rollout": rollout}, "trainer": trainer}
+    )
     problems = purification_problems(config)
     assert any(re.search(message, problem) for problem in problems), problems
 

@@ -1,13 +1,15 @@
-"""The per-turn record (`purify_turns`, `purify_generated_tokens`) the agent loop writes, on verl's real loop
-machinery with the real Qwen3 tokenizer and the scripted server."""
+"""The per-turn record (`purify_turns`, `purify_generated_tokens`, `purify_roc_counts`) the agent loop writes, on
+verl's real loop machinery with the real Qwen3 tokenizer and the scripted server."""
 
 from __future__ import annotations
 
-from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, turns_from_field
+from cleaner.purify.roc import RocCounts, roc_penalty
+from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, turns_from_field
 from cleaner.verl.agent_loop import CleanerToolAgentLoop
 from support.saar_script import ANSWER, FAILED, SIMILAR_FIX, turn
 from support.scripted_llm import (
     ScriptedLLMServer,
+    ScriptedTurn,
     agent_loop_config,
     build_agent_loop,
     scripted_python_tool,
@@ -84,6 +86,29 @@ async def test_a_turn_without_call_or_answer_is_void(qwen3_tokenizer):
     turns = turns_from_field(output.extra_fields[TURNS_KEY])
     assert [t.void for t in turns] == [False, True]
     assert [t.failed for t in turns] == [True, False]
+
+
+async def test_a_final_turn_stopped_by_the_turn_limit_with_a_complete_call_is_not_void(qwen3_tokenizer):
+    """verl stops on the turn limit before it parses the call: the turn has no call that ran, but SimpleTIR's rule
+    reads its text, which holds a complete block."""
+    output, _ = await run(qwen3_tokenizer, [FIRST, RETRY], max_assistant_turns=2)
+    turns = turns_from_field(output.extra_fields[TURNS_KEY])
+    assert [(t.call, t.void) for t in turns] == [(True, False), (False, False)]
+
+
+async def test_a_final_turn_cut_inside_its_call_is_void(qwen3_tokenizer):
+    cut = ScriptedTurn(text=RETRY[: RETRY.index("print")], append_eos=False, stop_reason="length")
+    output, _ = await run(qwen3_tokenizer, [FIRST, cut], max_assistant_turns=2)
+    turns = turns_from_field(output.extra_fields[TURNS_KEY])
+    assert [(t.call, t.void) for t in turns] == [(True, False), (False, True)]
+
+
+async def test_rstars_counts_are_taken_on_the_decoded_response(qwen3_tokenizer):
+    output, _ = await run(qwen3_tokenizer, [FIRST, RETRY, ANSWER])
+    counts = RocCounts.from_dict(output.extra_fields[ROC_COUNTS_KEY])
+    # two tool responses, the first a NameError; one boxed answer; 3 turns, so 2 assistant headers
+    assert counts == RocCounts(tool_responses=2, error_responses=1, answer_opens=1, answers=1, assistant_turns=2)
+    assert roc_penalty(counts) == 0.5
 
 
 async def test_a_failure_saar_tolerates_stays_a_failed_turn(qwen3_tokenizer):

@@ -1,0 +1,58 @@
+"""RoC end to end in verl's real (legacy) trainer (`recipe/cleaner/train_cpu.sh`, one GRPO step): the cut rollouts
+leave the batch before the actor sees it.
+
+SAAR off, `multi_turn.purification=roc`, 4 rollouts per prompt cut to 2. The scripted backend answers each
+prompt's rollouts alternately right and wrong, so every group is mixed (none is rejected for equal rewards) and
+keeps one correct and one wrong rollout. With `ppo_mini_batch_size=1` verl needs a multiple of 1 x 4 rows, which
+the 2 x 2 kept rows are: the batch the actor trained on holds exactly the kept rollouts, no padding.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cpu_scripted_backend import BATCH_DUMP_ENV, PROBLEMS
+from scripted_training import TEST_TIMEOUT_S
+
+ROLLOUT_N = 4
+KEPT = len(PROBLEMS) * ROLLOUT_N // 2
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model_dir, judge_url):
+    from scripted_training import train_one_scripted_step
+
+    return train_one_scripted_step(
+        tmp_path_factory.mktemp("train-cpu-roc"),
+        tiny_model_dir,
+        judge_url,
+        ROLLOUT_N,
+        BATCH_DUMP_ENV,
+        {},
+        [
+            "actor_rollout_ref.rollout.multi_turn.enable_tool_rollback=false",
+            "+actor_rollout_ref.rollout.multi_turn.purification=roc",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        ],
+    )
+
+
+def test_the_actor_trains_on_the_kept_rollouts_only(run):
+    tensors, columns = run["batch"]["tensors"], run["batch"]["columns"]
+    assert tensors["response_mask"].shape[0] == KEPT
+    uids = columns["uid"]
+    assert sorted(uids.count(uid) for uid in set(uids)) == [2] * len(PROBLEMS)
+    rewards = tensors["token_level_scores"].sum(-1).tolist()
+    for uid in set(uids):
+        group = sorted(reward > 0 for reward, row_uid in zip(rewards, uids, strict=True) if row_uid == uid)
+        assert group == [False, True]  # round(2 x 2 / 4) = 1 correct, 1 failure
+    assert bool(tensors["response_mask"].any(dim=1).all())
+
+
+def test_roc_and_the_audit_reached_the_logger(run):
+    metrics = run["metrics"][1]
+    assert metrics["purify/roc_sampled_rows"] == len(PROBLEMS) * ROLLOUT_N
+    assert metrics["purify/roc_kept_rows"] == KEPT
+    assert metrics["purify/roc_padding_rows"] == 0
+    assert metrics["purify/trajectories"] == len(PROBLEMS) * ROLLOUT_N  # the removed ones audited as untrained
