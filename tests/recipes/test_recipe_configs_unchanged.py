@@ -28,11 +28,21 @@ DECLARED = yaml.safe_load((RECIPE_CONFIGS / "multi_turn" / "cleaner.yaml").read_
 ADDED = {"ray_kwargs.ray_init.runtime_env.env_vars.JUDGE_URL": "http://127.0.0.1:8088"}
 # Deliberate changes of one recipe since the snapshots' revision, each with its reason (key -> value now).
 RAY_ENV = "ray_kwargs.ray_init.runtime_env.env_vars."
+ACTOR = "actor_rollout_ref.actor."
 CHANGED_ON_PURPOSE = {
     # SGLang computes the scoring prefills' prompt log-probs in chunks (docs/saar.md "Scoring cost and memory").
     "qwen3_4b_cleaner_is_gate": {
         RAY_ENV + "SGLANG_ENABLE_LOGITS_PROCESSER_CHUNK": "1",
         RAY_ENV + "SGLANG_LOGITS_PROCESSER_CHUNK_SIZE": "2048",
+    },
+    # Cut rollouts leave the batch, so verl's mini-batch of ppo_mini_batch_size x n rows is set for 4 updates of the
+    # kept rows (docs/purification.md).
+    "qwen3_4b_roc": {ACTOR + "ppo_mini_batch_size": 16, "critic.ppo_mini_batch_size": 16},
+    # Matched on CLEANER-4B's generated tokens (96 prompts x 32) and its 4 updates per step (the recipe's comment).
+    "qwen3_4b_roc_matched": {
+        ACTOR + "ppo_mini_batch_size": 12,
+        "critic.ppo_mini_batch_size": 12,
+        "data.train_batch_size": 96,
     },
 }
 

@@ -723,13 +723,20 @@ def _leaves(value, prefix: str = "") -> dict:
 
 
 # name -> (mode, the keys besides the mode and the run's name that it sets differently from qwen3_4b_cleaner)
+
+
+def mini_batch(size: int) -> dict[str, int]:
+    """The actor's ppo_mini_batch_size and verl's critic copy of it."""
+    return {"actor_rollout_ref.actor.ppo_mini_batch_size": size, "critic.ppo_mini_batch_size": size}
+
+
 PURIFICATION_RECIPES = {
     "qwen3_4b_no_purification": ("none", {}),
     "qwen3_4b_error_turn_mask": ("error_turn_mask", {}),
     "qwen3_4b_void_turn_filter": ("void_turn_filter", {}),
     "qwen3_4b_error_trajectory_filter": ("error_trajectory_filter", {}),
-    "qwen3_4b_roc": ("roc", {"actor_rollout_ref.rollout.n": 32}),
-    "qwen3_4b_roc_matched": ("roc", {"actor_rollout_ref.rollout.n": 32, "data.train_batch_size": 64}),
+    "qwen3_4b_roc": ("roc", {"actor_rollout_ref.rollout.n": 32, **mini_batch(16)}),
+    "qwen3_4b_roc_matched": ("roc", {"actor_rollout_ref.rollout.n": 32, **mini_batch(12), "data.train_batch_size": 96}),
 }
 # verl's copies of rollout.n (interpolated in ppo_trainer)
 ROLLOUT_N_COPIES = ("actor_rollout_ref.actor.rollout_n", "actor_rollout_ref.ref.rollout_n", "critic.rollout_n")
@@ -741,7 +748,17 @@ def test_a_purification_recipe_shares_everything_but_its_mode_with_cleaner_4b(dr
     cleaner = _leaves(composed(dry_runs["qwen3_4b_cleaner"]))
     recipe = _leaves(composed(dry_runs[name]))
     mode_keys = {f"{MT}.{key}" for key in ("enable_tool_rollback", "rollback_in_validation", "purification")}
-    mode_keys |= {f"{MT}.roc_{key}" for key in ("oversampling", "min_correct", "min_incorrect")}
+    mode_keys |= {
+        f"{MT}.roc_{key}"
+        for key in (
+            "oversampling",
+            "min_correct",
+            "min_incorrect",
+            "reject_equal_reward",
+            "error_ratio",
+            "answer_format",
+        )
+    }
     changed = {
         key: recipe.get(key)
         for key in cleaner.keys() | recipe.keys()
@@ -754,8 +771,27 @@ def test_a_purification_recipe_shares_everything_but_its_mode_with_cleaner_4b(dr
     assert recipe[f"{MT}.enable_tool_rollback"] is False
 
 
-def test_roc_matched_generates_as_many_rollouts_per_step_as_cleaner_4b(dry_runs):
+def updates_per_step(config: dict) -> float:
+    """verl's optimizer updates per step on the rows the actor trains: every row, or RoC's kept share of them."""
+    rollout = config["actor_rollout_ref"]["rollout"]
+    kept = config["data"]["train_batch_size"] * rollout["n"]
+    if rollout["multi_turn"]["purification"] == "roc":
+        kept //= rollout["multi_turn"]["roc_oversampling"]
+    return kept / (config["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] * rollout["n"])
+
+
+def test_roc_recipes_update_as_often_as_cleaner_4b(dry_runs):
+    cleaner = updates_per_step(composed(dry_runs["qwen3_4b_cleaner"]))
+    assert updates_per_step(composed(dry_runs["qwen3_4b_roc"])) == cleaner
+    assert updates_per_step(composed(dry_runs["qwen3_4b_roc_matched"])) == cleaner
+
+
+def test_roc_matched_samples_cleaner_4bs_rollouts_plus_saars_resample_share(dry_runs):
+    """SAAR's resamples add about half again to CLEANER-4B's generated tokens (the recipe's comment): RoC-matched
+    samples that many more rollouts per step."""
+
     def rollouts(config: dict) -> int:
         return config["data"]["train_batch_size"] * config["actor_rollout_ref"]["rollout"]["n"]
 
-    assert rollouts(composed(dry_runs["qwen3_4b_roc_matched"])) == rollouts(composed(dry_runs["qwen3_4b_cleaner"]))
+    ratio = rollouts(composed(dry_runs["qwen3_4b_roc_matched"])) / rollouts(composed(dry_runs["qwen3_4b_cleaner"]))
+    assert ratio == 1.5
