@@ -5,7 +5,7 @@ Rolls out the demo's model (Qwen2.5-Coder-1.5B on llama.cpp, `scripts/demo.py`'s
 bundled problems, n samples per problem, SAAR off and on with the same seeds, into a cache directory
 (`rollout-saar-{off,on}.jsonl`, resumable: a second run only adds what is missing). Then it applies every mode
 of `multi_turn.purification` to the same groups (the SAAR-on groups for `saar`, the SAAR-off groups for the
-others) and prints one table (`cleaner.rollout.purification_table`, what `cleaner rollout` and `cleaner report`
+others) and prints one table (`cleaner.analysis.purification_table`, what `cleaner rollout` and `cleaner report`
 print too), each figure with its sample size and a 95 % bootstrap interval over prompts:
 
     python benchmarks/purification.py                                  # roll out (n = 4) and print the table
@@ -159,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         except BudgetReached as reached:
             logger.warning("%s: the table covers the prompts whose groups are complete", reached)
         signal.alarm(0)
-    from cleaner.rollout.paired import pair_up, paired_differences
-    from cleaner.rollout.paired_markdown import paired_markdown
-    from cleaner.rollout.purification_table import purification_markdown, purification_table
+    from cleaner.analysis.paired import pair_up, paired_differences
+    from cleaner.analysis.paired_markdown import paired_markdown
+    from cleaner.analysis.purification_table import purification_markdown, purification_table
 
     records, runs = read_cache(out_dir)
     table = purification_table(records, resamples=args.resamples, seed=args.bootstrap_seed)

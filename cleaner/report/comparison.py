@@ -7,9 +7,9 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from cleaner.rollout.paired import MIN_PAIRS_FOR_INTERVAL, PairedDifference, pair_up, paired_difference, shares_prefix
-from cleaner.rollout.paired import paired_differences as demo_paired_differences
-from cleaner.rollout.purification_table import (
+from cleaner.analysis.paired import MIN_PAIRS_FOR_INTERVAL, PairedDifference, pair_up, paired_difference, shares_prefix
+from cleaner.analysis.paired import paired_differences as demo_paired_differences
+from cleaner.analysis.purification_table import (
     FIGURES,
     PurificationTableError,
     format_estimate,

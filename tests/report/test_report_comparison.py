@@ -7,8 +7,8 @@ import re
 import pytest
 from report_records import make_record
 
+from cleaner.analysis.purification_table import FIGURES
 from cleaner.report.page import render_report
-from cleaner.rollout.purification_table import FIGURES
 
 
 @pytest.fixture(scope="module")

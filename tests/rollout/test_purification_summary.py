@@ -7,9 +7,8 @@ import io
 import json
 from pathlib import Path
 
-from purification_records import paired_groups
-
 from cleaner.rollout.cli import print_purification
+from support.purification_records import paired_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 

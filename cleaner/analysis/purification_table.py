@@ -5,7 +5,7 @@ A prompt's samples are its GRPO group. `saar` reads the SAAR-on records (SAAR ac
 other mode reads the SAAR-off records of the same problems and seeds and applies its mask or filter to them.
 Per group, `cleaner.purify.records.audit_records` applies the mode's masks, verl's GRPO outcome advantages over
 the trajectories that still train and the audit counts (the trainer's own definitions); this module only sums
-them per prompt and puts a 95 % bootstrap interval over prompts on each ratio (`cleaner.rollout.bootstrap`).
+them per prompt and puts a 95 % bootstrap interval over prompts on each ratio (`cleaner.analysis.bootstrap`).
 
 RoC keeps `len(group) // roc_oversampling` rollouts of each group (rStar2-Agent's 2, so 2 of 4, `TABLE_ROC`):
 its "generated tokens per trained token" carries the rollouts it cut, and its kept groups are half the size of

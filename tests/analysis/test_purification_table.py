@@ -4,15 +4,15 @@ bootstrap interval over prompts."""
 from __future__ import annotations
 
 import pytest
-from purification_records import off_group, on_group, paired_groups, record
 
-from cleaner.purify.config import Purification
-from cleaner.rollout.bootstrap import Tally, estimate, resample_plan
-from cleaner.rollout.purification_table import (
+from cleaner.analysis.bootstrap import Tally, estimate, resample_plan
+from cleaner.analysis.purification_table import (
     PurificationTableError,
     purification_markdown,
     purification_table,
 )
+from cleaner.purify.config import Purification
+from support.purification_records import off_group, on_group, paired_groups, record
 
 # Per mode, on the groups of purification_records (4 samples: correct with a kept failed call, correct clean,
 # wrong, wrong with a void turn), worked out by hand from the rules in cleaner/purify:
