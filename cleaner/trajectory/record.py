@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cleaner.purify.failed_calls import FAILED_CALLS_KEY
 from cleaner.purify.turns import EXTRA_FIELD_KEYS as TURN_FIELD_KEYS
 from cleaner.saar.stats import EXTRA_FIELD_KEYS, PREFIX
 
 # 2: spliced spans are [start, end, attempt, kind] and rollback events carry log_is_ratio / is_tokens / is_decision.
 # 3: `purify_turns` (one entry per kept assistant turn, cleaner.purify.turns.Turn) and `purify_generated_tokens`.
-RECORD_VERSION = 3
+# 4: `purify_failed_calls` (every failed call generated, rolled back or kept, cleaner.purify.failed_calls).
+RECORD_VERSION = 4
 
 
 def trajectory_key(problem_id: str, sample: int, saar: bool) -> str:
@@ -90,7 +92,7 @@ def build_record(
     if len(mask) != len(response_ids):
         raise ValueError(f"response_mask has {len(mask)} entries for {len(response_ids)} response tokens")
     extra = output.extra_fields or {}
-    missing = [key for key in (*EXTRA_FIELD_KEYS, *TURN_FIELD_KEYS) if key not in extra]
+    missing = [key for key in (*EXTRA_FIELD_KEYS, *TURN_FIELD_KEYS, FAILED_CALLS_KEY) if key not in extra]
     if missing:
         raise ValueError(f"agent loop output lacks SAAR stats {missing}: is agent_name a CLEANER loop?")
     pieces = response_pieces(response_ids, mask, extra[PREFIX + "spliced_spans"], tokenizer)
@@ -124,6 +126,7 @@ def build_record(
     # The reward may echo the scalar saar_* statistics it was given; they must agree with the loop's.
     record.update({key: extra[key] for key in EXTRA_FIELD_KEYS})
     record.update({key: extra[key] for key in TURN_FIELD_KEYS})  # the purification modes and the audit read them
+    record[FAILED_CALLS_KEY] = extra[FAILED_CALLS_KEY]  # the failed-call audit reads it
     clashes = sorted(key for key in set(reward) & set(record) if reward[key] != record[key])
     if clashes:
         raise ValueError(f"reward keys {clashes} clash with trajectory record fields")

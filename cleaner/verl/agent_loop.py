@@ -55,6 +55,7 @@ from cleaner.saar.stats import IsDecision, SplicedSpan, TrajectoryStats
 # Modules, not names: importing one of these first imports verl, whose plugin loader imports this module
 # while that one is still half-initialized; its names are looked up when a trajectory runs, by then complete.
 from cleaner.verl import bad_call_parser, tool_execution
+from cleaner.verl.failed_call_recorder import FailedCallRecorder
 from cleaner.verl.tool_dpo import negative_outputs
 from cleaner.verl.turn_recorder import TurnRecorder
 from cleaner.verl.validation_flag import VALIDATING
@@ -191,6 +192,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
                 self.find_call_start = boundary_finder(self.tokenizer, markers_for_format(self.tool_parser_name)).find
         self.stats = TrajectoryStats()
         self.turn_recorder = TurnRecorder()  # per-turn record for the purification modes and audit
+        self.failed_calls = FailedCallRecorder()  # every failed call generated, rolled back or kept, for the audit
         self.policy = RollbackPolicy(self.saar_config, active=False, stats=self.stats)
         self._last_turn: TurnRecord | None = None
         self._agent_data: AgentData | None = None
@@ -321,6 +323,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             ]
             self.policy.count_round(outcomes, first_attempt=True)
             self.turn_recorder.on_call(self._agent_data.messages, outcomes)
+            self.failed_calls.on_call(self._agent_data.messages, self._agent_data.response_ids, outcomes)
             parser.dropped = []
 
     # ---- tools ------------------------------------------------------------------------------------
@@ -427,9 +430,12 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             outcome = tool_execution.stock_outcome(tool_call, active_tools, metrics, crashed)
             self.policy.count_round([outcome], first_attempt=True)
             self.turn_recorder.on_call(agent_data.messages, [outcome])
+            self.failed_calls.on_call(agent_data.messages, agent_data.response_ids, [outcome])
             return response, reward, metrics
         result = await tool_execution.execute_call(tool_call, active_tools, tools_kwargs, agent_data)
         self.turn_recorder.on_call(agent_data.messages, [result.outcome])
+        attempt = self.policy.open.event.retries if self.policy.open is not None else 0
+        self.failed_calls.on_call(agent_data.messages, agent_data.response_ids, [result.outcome], attempt)
         response = result.response
         if response.text:
             text = tool_execution.truncate_text(
@@ -476,6 +482,7 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             turns = base.user_turns + base.assistant_turns + 2
             negative = failed_attempt(*stream, lengths, failed.ids, failed.logprobs, failed_boundary, num_turns=turns)
             self.negatives.offer(negative, success_span(result.spliced_start, result.spliced_end, mode, new_boundary))
+        self.failed_calls.on_purified(agent_data.messages[base.messages], self.negatives)  # before messages are cut
         # The spliced tokens keep the log-probs they were sampled with (the behaviour policy, error context), so
         # a token-level rollout IS correction (rollback_is_correction) weighs them against the purified context.
         agent_data.prompt_ids = result.ids
@@ -699,6 +706,10 @@ class CleanerToolAgentLoop(ToolAgentLoop):
             output.response_mask = [0] * len(output.response_mask)
             stats.infra_dropped = 1
         output.extra_fields.update(stats.to_extra_fields())
+        messages = self._agent_data.messages if self._agent_data is not None else []
+        kept_negatives = self.negatives.finish(self.response_length, output.response_mask)[0] if self.negatives else []
+        failed = self.failed_calls.failed_calls(messages, turns, finder, {pair.pair_id for pair in kept_negatives})
+        output.extra_fields.update(self.failed_calls.extra_fields(failed))
 
 
 def _with_note(results: list, outcomes: list[ToolOutcome], note: str) -> list:

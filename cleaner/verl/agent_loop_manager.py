@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 
+from cleaner.purify.failed_calls import FAILED_CALLS_KEY
 from cleaner.purify.turns import EXTRA_FIELD_KEYS as TURN_FIELD_KEYS
 from cleaner.saar.stats import EXTRA_FIELD_KEYS
 from cleaner.verl import group_statistics, purification, trainer_metrics
@@ -49,7 +50,7 @@ class _TrajectoryContextMixin:
 
     async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any):
         for item in output if isinstance(output, list) else [output]:
-            for key in (*EXTRA_FIELD_KEYS, *TURN_FIELD_KEYS):
+            for key in (*EXTRA_FIELD_KEYS, *TURN_FIELD_KEYS, FAILED_CALLS_KEY):
                 item.extra_fields.setdefault(key, None)
         return await super()._agent_loop_postprocess(output, validate, **kwargs)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cleaner.purify.failed_calls import FAILED_CALLS_KEY, FailedCall
 from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, Turn
 from cleaner.rollout.problems import Problem
 from cleaner.saar.outcome import ErrorCategory
@@ -63,6 +64,14 @@ def make_record(
                 Turn(len(mask) - len(turn2), len(mask), None, None, call=False, answer=True, failed=False).to_dict(),
             ],
             GENERATED_TOKENS_KEY: len(turn1) * (2 if rollback else 1) + len(turn2),
+            # the rolled-back first attempt (recorded with the replacement's length, as its resampled tokens are)
+            FAILED_CALLS_KEY: [
+                FailedCall(
+                    0, ("syntax_error",), len(turn1), len(turn1), "rolled_back", negative_candidate=True
+                ).to_dict()
+            ]
+            if rollback
+            else [],
         },
     )
     problem = Problem(problem_id=problem_id, data_source="math_dapo", prompt=[], ground_truth="24133")
