@@ -12,8 +12,8 @@ sieve); `generate` refuses a problem whose two answers differ, so every answer i
 
 Every row carries `extra_info.family`: `written-to-fail` for the bundled problems written to make code fail,
 `other` for the rest (the purification table reports the two apart).
-Usage: `python -m cleaner.data.checked_math OUT.jsonl [--count N] [--seed S]` writes the bundled problems
-followed by N generated ones (`cleaner/resources/purification_problems.jsonl` is the default output).
+Usage: `python -m cleaner.data.checked_math OUT.jsonl [--count N] [--seed S]` writes the bundled problems and
+N generated ones, shuffled (what `benchmarks/data/purification_problems.jsonl` holds).
 """
 
 from __future__ import annotations
@@ -303,13 +303,16 @@ def family_of_bundled(problem_id: str) -> str:
 
 
 def problem_set(bundled: Path, count: int = DEFAULT_COUNT, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
-    """The bundled problems, each labelled with its family, followed by `count` generated ones."""
+    """The bundled problems, each labelled with its family, and `count` generated ones, shuffled by `seed`: a
+    rollout stopped early (problems run in file order) still covers every family."""
     rows = []
     for bundled_row in read_rows(bundled):
         extra_info = dict(bundled_row["extra_info"])
         extra_info["family"] = family_of_bundled(str(extra_info["problem_id"]))
         rows.append({**bundled_row, "extra_info": extra_info})
-    return rows + [row(checked, index) for index, checked in enumerate(generate(count, seed))]
+    rows += [row(checked, index) for index, checked in enumerate(generate(count, seed))]
+    random.Random(seed).shuffle(rows)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
