@@ -20,7 +20,7 @@ from typing import Any
 
 from cleaner.purify.audit import AuditCounts
 from cleaner.purify.config import Purification, PurificationConfig
-from cleaner.purify.records import audit_records
+from cleaner.purify.records import SingleSampleGroupsError, audit_records, require_groups
 from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY
 from cleaner.trajectory.summary import is_correct
 
@@ -165,6 +165,10 @@ def purification_table(
         raise PurificationTableError(
             f"{len(missing)} record(s) lack the per-turn record ({TURNS_KEY}), e.g. {missing[0]}: roll out again"
         )
+    try:  # one sample per prompt is no GRPO group: say how to get groups instead of auditing groups of one
+        require_groups([f"{record['problem_id']}#{'saar' if record['saar'] else 'nosaar'}" for record in records])
+    except SingleSampleGroupsError as error:
+        raise PurificationTableError(str(error)) from error
     by_mode = {saar: _groups(records, saar) for saar in (True, False)}
     present = [saar for saar in (True, False) if by_mode[saar]]
     if not present:

@@ -15,17 +15,54 @@ generate. Figures (docs/purification.md):
   and resamples SAAR cut out included, and every rollout RoC cut.
 - `offpolicy_token_share`: of the trained tokens, the share inside SAAR's spliced spans (sampled in a context that
   held an error the trained trajectory no longer has).
+
+The figures above count only what the final responses hold: a failed attempt SAAR rolled back is in none of them.
+The failed-call figures count over every failed-call token the policy generated, kept or rolled back
+(cleaner.purify.failed_calls), so their denominator is the same for every mode over the same rollouts:
+
+- `failed_call_reinforced_share`: trained with a positive advantage (the wrong sign: a failed call reinforced);
+  `failed_call_penalized_share`: trained with a negative advantage (the right sign); `failed_call_untrained_share`:
+  the rest (masked, rolled back, cut by the response length, or trained with advantage 0). The three add up to 1.
+  Tokens are a failed turn's, its reasoning and its calls; the `failed_call_code_*` figures count only the calls.
+- A negative sample (`save_negative_samples`) trains a rolled-back first attempt's call on its own row; its tokens
+  count as that attempt's, with the sign of the negative row's advantage.
+- `failed_call_rolled_back_share`: the share SAAR cut out of the responses.
+- `failed_call_replacement_share`: what is trained in their place, per failed-call token generated: trained tokens
+  SAAR spliced in where it cut a failed attempt (its shallow and deep splices, sampled off-policy);
+  `failed_call_replacement_reinforced_share`: those of them with a positive advantage.
+A mode that can never train a failed call's token (`error_turn_mask`, `error_trajectory_filter`) reports its
+reinforced and penalized shares as removed (`removed_figures`), not as a measured 0.
+
 A figure whose denominator is zero is left out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from cleaner.purify.config import Purification
+from cleaner.purify.failed_calls import FailedCall
 from cleaner.purify.turns import Turn
 
 PREFIX = "purify/"
+
+# Spliced-span kinds that put a retry where SAAR cut a failed attempt (an `exhausted` span is the kept attempt itself).
+REPLACEMENT_KINDS = ("shallow", "deep")
+# The failed-call figures a mode that never trains a failed call's token cannot measure.
+SIGNAL_FIGURES = (
+    "failed_call_reinforced_share",
+    "failed_call_penalized_share",
+    "failed_call_code_reinforced_share",
+    "failed_call_code_penalized_share",
+)
+# Modes whose loss mask excludes every kept failed call (a rolled-back one is never in a response).
+_MODES_WITHOUT_FAILED_CALLS = (Purification.ERROR_TURN_MASK, Purification.ERROR_TRAJECTORY_FILTER)
+
+
+def removed_figures(mode: Purification) -> frozenset[str]:
+    """The failed-call figures that are 0 by construction under `mode`: print them as removed, not as 0."""
+    return frozenset(SIGNAL_FIGURES) if mode in _MODES_WITHOUT_FAILED_CALLS else frozenset()
 
 
 @dataclass(frozen=True)
@@ -35,6 +72,8 @@ class AuditRow:
     advantages: Sequence[float] | float  # per response token, or one value for every token of the trajectory
     generated_tokens: int
     spliced_spans: Sequence[Sequence] = ()  # SAAR's [start, end, attempt, kind]
+    failed_calls: Sequence[FailedCall] | None = None  # every failed call generated (None: not recorded)
+    negative_sample: bool = False  # a negative sample's row: it trains a rolled-back attempt's call, nothing else
 
 
 @dataclass(frozen=True)
@@ -49,6 +88,29 @@ class AuditCounts:
     negative: int = 0
     negative_on_successful_call: int = 0
     offpolicy: int = 0
+    # every failed call generated (cleaner.purify.failed_calls)
+    failed_unrecorded: int = 0  # trajectories without a failed-call record (another agent loop, an old record)
+    failed_calls: int = 0  # failed turns generated (a turn with parallel failed calls counts once)
+    failed_tokens: int = 0
+    failed_code_tokens: int = 0
+    failed_rolled_back: int = 0  # tokens SAAR cut out
+    failed_reinforced: int = 0
+    failed_penalized: int = 0
+    failed_code_reinforced: int = 0
+    failed_code_penalized: int = 0
+    replacement: int = 0  # trained tokens SAAR spliced in where it cut a failed attempt
+    replacement_reinforced: int = 0
+
+    def __add__(self, other: AuditCounts) -> AuditCounts:
+        return AuditCounts(**{item.name: getattr(self, item.name) + getattr(other, item.name) for item in fields(self)})
+
+    @property
+    def failed_untrained(self) -> int:
+        return self.failed_tokens - self.failed_reinforced - self.failed_penalized
+
+    @property
+    def failed_code_untrained(self) -> int:
+        return self.failed_code_tokens - self.failed_code_reinforced - self.failed_code_penalized
 
     def figures(self) -> dict[str, float]:
         """The audit figures (without prefix), each only where its denominator is positive."""
@@ -60,6 +122,15 @@ class AuditCounts:
             "dropped_trajectory_share": (self.dropped, self.trajectories),
             "generated_tokens_per_trained_token": (self.generated, self.trained),
             "offpolicy_token_share": (self.offpolicy, self.trained),
+            "failed_call_reinforced_share": (self.failed_reinforced, self.failed_tokens),
+            "failed_call_penalized_share": (self.failed_penalized, self.failed_tokens),
+            "failed_call_untrained_share": (self.failed_untrained, self.failed_tokens),
+            "failed_call_code_reinforced_share": (self.failed_code_reinforced, self.failed_code_tokens),
+            "failed_call_code_penalized_share": (self.failed_code_penalized, self.failed_code_tokens),
+            "failed_call_code_untrained_share": (self.failed_code_untrained, self.failed_code_tokens),
+            "failed_call_rolled_back_share": (self.failed_rolled_back, self.failed_tokens),
+            "failed_call_replacement_share": (self.replacement, self.failed_tokens),
+            "failed_call_replacement_reinforced_share": (self.replacement_reinforced, self.failed_tokens),
         }
         return {name: part / whole for name, (part, whole) in ratios.items() if whole > 0}
 
@@ -77,12 +148,72 @@ def _token_labels(length: int, turns: Sequence[Turn]) -> tuple[list[bool], list[
     return failed_turn, failed_code, succeeded
 
 
+def _signs(mask: Sequence[int], advantages: Sequence[float], start: int, end: int) -> tuple[int, int]:
+    """Trained tokens of `[start, end)` with a positive and with a negative advantage."""
+    positive = negative = 0
+    for index in range(max(start, 0), min(end, len(mask))):
+        if mask[index]:
+            positive += advantages[index] > 0
+            negative += advantages[index] < 0
+    return positive, negative
+
+
+def _negative_sample_counts(mask: Sequence[int], advantages: Sequence[float]) -> AuditCounts:
+    """A negative sample trains only its failed call (cleaner.saar.negatives): its trained tokens by sign."""
+    positive, negative = _signs(mask, advantages, 0, len(mask))
+    return AuditCounts(
+        failed_reinforced=positive,
+        failed_penalized=negative,
+        failed_code_reinforced=positive,
+        failed_code_penalized=negative,
+    )
+
+
+def _failed_call_counts(
+    calls: Sequence[FailedCall] | None, mask: Sequence[int], advantages: Sequence[float], spliced_spans: Sequence
+) -> AuditCounts:
+    if calls is None:
+        return AuditCounts(failed_unrecorded=1)
+    reinforced = penalized = code_reinforced = code_penalized = rolled_back = 0
+    for call in calls:
+        rolled_back += call.turn_tokens if call.fate == "rolled_back" else 0
+        if not call.kept:
+            continue
+        positive, negative = _signs(mask, advantages, call.start, call.end)
+        reinforced, penalized = reinforced + positive, penalized + negative
+        if call.code_start is not None:
+            positive, negative = _signs(mask, advantages, call.code_start, call.code_end)
+            code_reinforced, code_penalized = code_reinforced + positive, code_penalized + negative
+    replacement = replacement_reinforced = 0
+    for span in spliced_spans:
+        if span[3] in REPLACEMENT_KINDS:
+            positive, negative = _signs(mask, advantages, int(span[0]), int(span[1]))
+            trained = sum(mask[int(span[0]) : min(int(span[1]), len(mask))])
+            replacement, replacement_reinforced = replacement + trained, replacement_reinforced + positive
+    return AuditCounts(
+        failed_calls=len(calls),
+        failed_tokens=sum(call.turn_tokens for call in calls),
+        failed_code_tokens=sum(call.call_tokens for call in calls),
+        failed_rolled_back=rolled_back,
+        failed_reinforced=reinforced,
+        failed_penalized=penalized,
+        failed_code_reinforced=code_reinforced,
+        failed_code_penalized=code_penalized,
+        replacement=replacement,
+        replacement_reinforced=replacement_reinforced,
+    )
+
+
 def audit_row(row: AuditRow) -> AuditCounts:
-    mask = list(row.mask)
+    """The definition: one row's counts, token by token (the trainer's batch version is cleaner.verl's
+    purification_audit, tested equal to this)."""
+    mask = [int(bool(value)) for value in row.mask]
     length = len(mask)
     advantages = [float(row.advantages)] * length if isinstance(row.advantages, int | float) else row.advantages
     if len(advantages) < length:
         raise ValueError(f"{len(advantages)} advantages for a response of {length} tokens")
+    if row.negative_sample:
+        return _negative_sample_counts(mask, advantages)
     failed_turn, failed_code, succeeded = _token_labels(length, row.turns)
     spliced = [False] * length
     for span in row.spliced_spans:
@@ -102,7 +233,7 @@ def audit_row(row: AuditRow) -> AuditCounts:
         elif advantage < 0:
             negative += 1
             on_success += succeeded[index]
-    return AuditCounts(
+    counts = AuditCounts(
         trajectories=1,
         dropped=int(trained == 0),
         generated=int(row.generated_tokens),
@@ -114,26 +245,38 @@ def audit_row(row: AuditRow) -> AuditCounts:
         negative_on_successful_call=on_success,
         offpolicy=offpolicy,
     )
+    return counts + _failed_call_counts(row.failed_calls, mask, advantages, row.spliced_spans)
 
 
 def audit_counts(rows: Sequence[AuditRow]) -> AuditCounts:
-    total: dict[str, int] = {}
+    total = AuditCounts()
     for row in rows:
-        for name, value in vars(audit_row(row)).items():
-            total[name] = total.get(name, 0) + value
-    return AuditCounts(**total)
+        total = total + audit_row(row)
+    return total
 
 
-def audit_metrics(rows: Sequence[AuditRow], prefix: str = PREFIX) -> dict[str, float]:
-    """The audit figures of a batch as metrics (`purify/<figure>`), plus its trajectory and token counts."""
-    if not rows:
+def counts_metrics(counts: AuditCounts, mode: Purification | None = None, prefix: str = PREFIX) -> dict[str, float]:
+    """The figures of `counts` as metrics (`purify/<figure>`), with the trajectory and token counts. The failed-call
+    shares `mode` cannot train are left out and `purify/failed_call_signal_removed` is 1 (0 where they are measured).
+    """
+    if counts.trajectories == 0:
         return {}
-    counts = audit_counts(rows)
-    metrics = {prefix + name: value for name, value in counts.figures().items()}
+    removed = removed_figures(mode) if mode is not None else frozenset()
+    metrics = {prefix + name: value for name, value in counts.figures().items() if name not in removed}
     metrics[prefix + "trajectories"] = float(counts.trajectories)
     metrics[prefix + "trained_tokens"] = float(counts.trained)
     metrics[prefix + "generated_tokens"] = float(counts.generated)
+    metrics[prefix + "failed_call_tokens"] = float(counts.failed_tokens)
+    metrics[prefix + "failed_calls"] = float(counts.failed_calls)
+    metrics[prefix + "failed_call_unrecorded_trajectories"] = float(counts.failed_unrecorded)
+    if mode is not None:
+        metrics[prefix + "failed_call_signal_removed"] = float(bool(removed))
     return metrics
+
+
+def audit_metrics(rows: Sequence[AuditRow], mode: Purification | None = None, prefix: str = PREFIX) -> dict[str, float]:
+    """The audit figures of a batch as metrics (`counts_metrics`)."""
+    return counts_metrics(audit_counts(rows), mode, prefix)
 
 
 def grpo_advantages(scores: Sequence[float], groups: Sequence[str], trained: Sequence[bool]) -> list[float]:

@@ -177,10 +177,18 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
 
 def print_purification(console, records: list[dict]) -> None:
     """Every purification mode on this run's groups (the table `cleaner report` and the benchmark show)."""
-    from cleaner.analysis.purification_table import has_turns, purification_table, render_purification_table
+    from cleaner.analysis.purification_table import (
+        PurificationTableError,
+        has_turns,
+        purification_table,
+        render_purification_table,
+    )
 
     if records and all(has_turns(record) for record in records):
-        console.print(render_purification_table(purification_table(records)))
+        try:
+            console.print(render_purification_table(purification_table(records)))
+        except PurificationTableError as error:  # e.g. one sample per prompt: no GRPO group to audit
+            console.print(f"purification modes not compared: {error}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -48,16 +48,31 @@ def test_one_mode_alone_has_no_paired_section(pairs):
     assert "SAAR on vs off, paired" not in page
 
 
-def test_purification_modes_on_the_recorded_groups(pairs):
-    table = section(render_report(pairs, ["run.jsonl"]), "Purification modes on the same groups")
+@pytest.fixture(scope="module")
+def groups(qwen3_tokenizer):
+    """The same four problems with two samples each and mode: GRPO groups of two."""
+    return [
+        make_record(qwen3_tokenizer, saar=saar, rollback=saar and index % 2 == 0, problem_id=f"p{index}", sample=sample)
+        for index in range(4)
+        for sample in range(2)
+        for saar in (True, False)
+    ]
+
+
+def test_purification_modes_on_the_recorded_groups(groups):
+    table = section(render_report(groups, ["run.jsonl"]), "Purification modes on the same groups")
     for mode in ("none", "saar", "error_turn_mask", "void_turn_filter", "error_trajectory_filter"):
-        assert f"<tr><td>{mode}</td><td>4</td>" in table
-    # One sample per problem and mode: RoC has nothing to cut, and says why.
-    assert "<tr><td>roc</td>" not in table and "Not shown: roc:" in table
+        assert f"<tr><td>{mode}</td><td>8</td>" in table
     # SAAR's splices of p0 and p2 are trained in a context they were not sampled in; no other mode has any.
     column = 2 + [figure.name for figure in FIGURES].index("offpolicy_token_share")
     assert not cells(table, "saar")[column].startswith("0.0%")
     assert cells(table, "none")[column].startswith("0.0% [0.0%, 0.0%]")
+
+
+def test_one_sample_per_problem_is_no_group_and_the_report_says_how_to_get_groups(pairs):
+    table = section(render_report(pairs, ["run.jsonl"]), "Purification modes on the same groups")
+    assert "<tr><td>none</td>" not in table
+    assert "needs at least 2 samples per prompt" in table and "cleaner rollout -n 4" in table
 
 
 def cells(table: str, mode: str) -> list[str]:
