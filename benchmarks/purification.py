@@ -177,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="source", type=Path, help="a cache directory of an earlier run: only compute")
     parser.add_argument("--out-dir", type=Path, default=Path("purification-output"), help="the rollout cache")
     parser.add_argument("--model", default="0.5b", help="bundled model size (scripts/demo.py --model)")
+    # Shorter than `make demo`'s 384 / 5 / 1536: the 0.5B's failing trajectories then fit the benchmark's budget.
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn")
+    parser.add_argument("--max-assistant-turns", type=int, default=4)
+    parser.add_argument("--response-length", type=int, default=1024)
     parser.add_argument("--problems", type=Path, default=PROBLEM_SET, help="parquet or JSONL with extra_info.family")
     parser.add_argument("-n", "--n-samples", type=int, default=4, help="samples per problem with SAAR on")
     parser.add_argument(
@@ -204,12 +208,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.off_samples < args.n_samples:
             raise SystemExit(f"--off-samples {args.off_samples}: at least -n ({args.n_samples})")
         out_dir = args.out_dir
-        model = [] if "--gguf" in args.demo_args else ["--model", args.model]
+        demo_args = [] if "--gguf" in args.demo_args else ["--model", args.model]
+        demo_args += ["--problems", str(args.problems), "--max-new-tokens", str(args.max_new_tokens)]
+        demo_args += ["--max-assistant-turns", str(args.max_assistant_turns)]
+        demo_args += ["--response-length", str(args.response_length), *args.demo_args]
         start_budget(args.time_budget)
         try:
-            roll_out(
-                out_dir, args.n_samples, args.off_samples, [*model, "--problems", str(args.problems), *args.demo_args]
-            )
+            roll_out(out_dir, args.n_samples, args.off_samples, demo_args)
         except BudgetReached as reached:
             logger.warning("%s: the table covers the prompts whose groups are complete", reached)
         signal.alarm(0)
