@@ -145,7 +145,13 @@ FAMILY_FIGURES: tuple[Figure, ...] = (
         "trajectories",
     ),
     TRAINING_FIGURES[0],
-    FAILED_CALL_FIGURES[0],
+    Figure(
+        "failed_call_reinforced_share",
+        "failed-call tokens reinforced",
+        "failed_reinforced",
+        "failed_tokens",
+        "failed-call tokens",
+    ),
 )
 
 
@@ -233,6 +239,7 @@ class PurificationTable:
     roc_samples: int | None  # rollouts per prompt RoC samples (None: no RoC row)
     roc_kept: int | None  # and keeps
     roc_matched: bool | None  # RoC's generated tokens per prompt within ±10 % of SAAR's (None: nothing to match)
+    generated_per_prompt: dict[str, float]  # setting name -> mean generated tokens per prompt (the budget)
     resamples: int
     skipped: list[str]  # what was left out (settings, prompts with incomplete groups) and why
 
@@ -362,6 +369,7 @@ def purification_table(
         roc_size,
         roc.kept_group_size(roc_size) if roc_size is not None else None,
         roc_matched,
+        {row.setting.name: row.estimates[BUDGET.name].value or 0.0 for row in rows},
         resamples,
         skipped,
     )
@@ -451,16 +459,18 @@ def table_notes(table: PurificationTable) -> list[str]:
         "code); penalized-success tokens: negative-advantage trained tokens in turns whose calls succeeded.",
     ]
     if table.roc_samples is not None:
-        matched = {
-            None: "no SAAR-on records to match",
-            True: "within ±10 % of SAAR's",
-            False: "NOT within ±10 % of SAAR's",
-        }
+        budget = table.generated_per_prompt
+        matched = "no SAAR-on records to match"
+        if table.roc_matched is not None:
+            relation = "within" if table.roc_matched else "NOT within"
+            matched = (
+                f"{budget['roc']:.0f} generated tokens per prompt against SAAR's {budget['saar']:.0f}, {relation} ±10 %"
+            )
         notes.append(
             f"Budget: RoC samples {table.roc_samples} rollouts per prompt (the first {table.roc_samples} SAAR-off "
             f"samples) and trains {table.roc_kept} of them (rStar2-Agent's oversampling 2, at least one correct and "
             "one incorrect when the group has them), the group size whose generated tokens per prompt come closest "
-            f"to SAAR's: {matched[table.roc_matched]}; what it cut counts in its generated tokens."
+            f"to SAAR's: {matched}; what it cut counts in its generated tokens."
         )
     notes += [f"Not shown: {reason}." for reason in table.skipped]
     return notes
