@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(out_dir: Path) -> list:
-    from cleaner.rollout.offpolicy import ScoredTrajectory
+    from cleaner.analysis.offpolicy import ScoredTrajectory
     from cleaner.trajectory.store import read_records
 
     path = out_dir / "offpolicy.jsonl"
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(1/5/15 min) before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
             "after {:.2f}/{:.2f}/{:.2f}".format(*os.getloadavg())
         )
-    from cleaner.rollout.offpolicy import offpolicy_markdown
+    from cleaner.analysis.offpolicy import offpolicy_markdown
 
     scored = load(out_dir)
     print(f"\n{out_dir}: {len(scored)} SAAR-on trajectories with spliced tokens\n")

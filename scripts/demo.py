@@ -23,8 +23,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from cleaner.analysis.paired_markdown import mode_name
 from cleaner.resources import DEMO_PROBLEMS, PYTHON_BLOCK_CHAT_TEMPLATE, resource_path
-from cleaner.rollout.paired_markdown import mode_name
 
 MODES = (True, False)  # SAAR on, SAAR off
 PROMPT_LENGTH = 1024
@@ -249,9 +249,9 @@ def show_results(records: list[dict], results: list[PassResult], offpolicy: list
     from rich.console import Console
     from rich.markdown import Markdown
 
-    from cleaner.rollout.offpolicy import offpolicy_markdown
-    from cleaner.rollout.paired import pair_up, paired_differences
-    from cleaner.rollout.paired_markdown import PassTiming, acted_markdown, paired_markdown, timing_markdown
+    from cleaner.analysis.offpolicy import offpolicy_markdown
+    from cleaner.analysis.paired import pair_up, paired_differences
+    from cleaner.analysis.paired_markdown import PassTiming, acted_markdown, paired_markdown, timing_markdown
     from cleaner.trajectory.summary import render_markdown, render_table, summarize
 
     console = Console()
@@ -281,9 +281,9 @@ def score_offpolicy(layout: Layout, server_url: str) -> list:
     """
     import asyncio
 
+    from cleaner.analysis.offpolicy import score_trajectory, with_log_is
     from cleaner.data.rows import write_jsonl
     from cleaner.rollout.forced_scoring import ForcedScorer
-    from cleaner.rollout.offpolicy import score_trajectory, with_log_is
     from cleaner.saar.stats import PREFIX
     from cleaner.trajectory.store import read_records
 

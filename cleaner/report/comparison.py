@@ -7,14 +7,13 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from cleaner.rollout.paired import MIN_PAIRS_FOR_INTERVAL, PairedDifference, pair_up, paired_difference, shares_prefix
-from cleaner.rollout.paired import paired_differences as demo_paired_differences
-from cleaner.rollout.purification_table import (
-    FIGURES,
+from cleaner.analysis.paired import MIN_PAIRS_FOR_INTERVAL, PairedDifference, pair_up, paired_difference, shares_prefix
+from cleaner.analysis.paired import paired_differences as demo_paired_differences
+from cleaner.analysis.purification_table import (
     PurificationTableError,
-    format_estimate,
     has_turns,
     purification_table,
+    sections,
     table_notes,
 )
 
@@ -84,16 +83,8 @@ def purification_section(records: list[dict[str, Any]]) -> str:
         return ""
     try:
         table = purification_table(records)
-    except PurificationTableError as exc:  # e.g. SAAR on and off sampled disjoint problems: say so on the page
+    except PurificationTableError as exc:  # e.g. one sample per prompt: say how to get groups
         return f"<h2>Purification modes on the same groups</h2><p>Not compared: {_e(exc)}</p>"
-    rows = [
-        [row.mode.value, str(row.trajectories)]
-        + [format_estimate(row.estimates[figure.name], figure) for figure in FIGURES]
-        for row in table.rows
-    ]
+    tables = "".join(f"<h3>{_e(part.title)}</h3>" + _table(part.head, part.rows) for part in sections(table))
     notes = "".join(f"<li>{_e(note.replace('`', ''))}</li>" for note in table_notes(table))
-    return (
-        "<h2>Purification modes on the same groups</h2>"
-        + _table(["mode", "trajectories", *(figure.label for figure in FIGURES)], rows)
-        + f"<ul>{notes}</ul>"
-    )
+    return "<h2>Purification modes on the same groups</h2>" + tables + f"<ul>{notes}</ul>"

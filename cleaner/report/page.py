@@ -8,7 +8,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
-from cleaner.rollout.offpolicy import event_log_is, record_splices
+from cleaner.analysis.offpolicy import event_log_is, record_splices
 from cleaner.saar.offpolicy_summary import (
     HIGH_IS,
     KIND_LABELS,

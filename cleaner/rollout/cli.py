@@ -155,10 +155,9 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
 
+    from cleaner.analysis.offpolicy import event_log_is, gate_table, record_splices, span_table
     from cleaner.trajectory.store import read_records
     from cleaner.trajectory.summary import render_table, summarize
-
-    from .offpolicy import event_log_is, gate_table, record_splices, span_table
 
     console = Console()
     wanted = {problem.problem_id for problem in problems}
@@ -178,7 +177,12 @@ def print_summary(output: Path, problems: list, settings, result) -> None:
 
 def print_purification(console, records: list[dict]) -> None:
     """Every purification mode on this run's groups (the table `cleaner report` and the benchmark show)."""
-    from .purification_table import PurificationTableError, has_turns, purification_table, render_purification_table
+    from cleaner.analysis.purification_table import (
+        PurificationTableError,
+        has_turns,
+        purification_table,
+        render_purification_table,
+    )
 
     if records and all(has_turns(record) for record in records):
         try:

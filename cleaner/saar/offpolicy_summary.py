@@ -2,7 +2,7 @@
 
 The trainer's `rollback/offpolicy/*` and `rollback/is_gate/*` metrics (`cleaner.verl.offpolicy_metrics`,
 `cleaner.verl.trainer_metrics`), `cleaner rollout`'s summary and the benchmarks' tables
-(`cleaner.rollout.offpolicy`) and the report (`cleaner.report.page`) all take their groups, constants and
+(`cleaner.analysis.offpolicy`) and the report (`cleaner.report.page`) all take their groups, constants and
 statistics from here.
 
 Per spliced token, d = log π(token | purified context) − log π_b(token | context it was sampled in); per span

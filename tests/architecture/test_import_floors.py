@@ -26,6 +26,7 @@ FLOORS: dict[str, int] = {
     "tools": 3,
     "rewards": 3,
     "data": 3,
+    "analysis": 3,
     "verl": 4,
     "rollout": 5,
     "evaluation": 5,

@@ -7,8 +7,8 @@ import re
 import pytest
 from report_records import make_record
 
+from cleaner.analysis.purification_table import TRAINING_FIGURES
 from cleaner.report.page import render_report
-from cleaner.rollout.purification_table import FIGURES
 
 
 @pytest.fixture(scope="module")
@@ -61,18 +61,23 @@ def groups(qwen3_tokenizer):
 
 def test_purification_modes_on_the_recorded_groups(groups):
     table = section(render_report(groups, ["run.jsonl"]), "Purification modes on the same groups")
-    for mode in ("none", "saar", "error_turn_mask", "void_turn_filter", "error_trajectory_filter"):
-        assert f"<tr><td>{mode}</td><td>8</td>" in table
+    failed_calls, trained = table.split("<h3>")[1:3]
+    assert failed_calls.startswith("Every failed-call token generated")
+    for mode in ("none", "saar", "saar_negative_samples", "error_turn_mask", "void_turn_filter"):
+        assert f"<tr><td>{mode}</td><td>2</td>" in failed_calls  # rollouts per prompt
+        assert f"<tr><td>{mode}</td><td>8</td>" in trained  # trajectories
     # SAAR's splices of p0 and p2 are trained in a context they were not sampled in; no other mode has any.
-    column = 2 + [figure.name for figure in FIGURES].index("offpolicy_token_share")
-    assert not cells(table, "saar")[column].startswith("0.0%")
-    assert cells(table, "none")[column].startswith("0.0% [0.0%, 0.0%]")
+    column = 2 + [figure.name for figure in TRAINING_FIGURES].index("offpolicy_token_share")
+    assert not cells(trained, "saar")[column].startswith("0.0%")
+    assert cells(trained, "none")[column].startswith("0.0% [0.0%, 0.0%]")
+    # The error filters' rule removes every failed call: their reinforced shares read so, not 0 %.
+    assert cells(trained, "error_trajectory_filter")[2] == "removed"
 
 
 def test_one_sample_per_problem_is_no_group_and_the_report_says_how_to_get_groups(pairs):
     table = section(render_report(pairs, ["run.jsonl"]), "Purification modes on the same groups")
     assert "<tr><td>none</td>" not in table
-    assert "needs at least 2 samples per prompt" in table and "cleaner rollout -n 4" in table
+    assert "needs at least 2 samples per prompt" in table and "make demo DEMO_ARGS=&quot;-n 4&quot;" in table
 
 
 def cells(table: str, mode: str) -> list[str]:

@@ -62,11 +62,11 @@ def test_problem_ids_select_rows_in_the_given_order(demo, tmp_path):
 
 def test_off_policy_scores_are_written_back_for_the_report(demo, tmp_path):
     from fake_inference_server import FakeInferenceServer
-    from offpolicy_records import record
 
+    from cleaner.analysis.offpolicy import ScoredTrajectory
     from cleaner.data.rows import write_jsonl
-    from cleaner.rollout.offpolicy import ScoredTrajectory
     from cleaner.trajectory.store import read_records
+    from support.offpolicy_records import record
 
     def forcing_llamacpp(path, body):
         [[token, _]] = body["logit_bias"]

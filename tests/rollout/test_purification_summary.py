@@ -7,9 +7,8 @@ import io
 import json
 from pathlib import Path
 
-from purification_records import paired_groups
-
 from cleaner.rollout.cli import print_purification
+from support.purification_records import paired_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,21 +49,21 @@ def test_benchmark_recomputes_the_table_from_its_cache(tmp_path, capsys):
         "passes": [{"saar": True, "exit_code": 0, "wall_s": 9.0, "model_cpu_s": 5.0}],
     }
     (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
+    families = {"p0": "written-to-fail", "p1": "other", "p2": "other", "p3": "other"}
+    (tmp_path / "problems.jsonl").write_text(
+        "".join(json.dumps({"extra_info": {"problem_id": p, "family": f}}) + "\n" for p, f in families.items())
+    )
     spec = importlib.util.spec_from_file_location("purification_benchmark", ROOT / "benchmarks" / "purification.py")
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
     assert benchmark.main(["--from", str(tmp_path), "--resamples", "50"]) == 0
     out = capsys.readouterr().out
     assert "32 trajectories" in out
-    rows = [line for line in out.splitlines() if line.startswith("| `")]
-    assert [line.split("`")[1] for line in rows] == [
-        "none",
-        "saar",
-        "error_turn_mask",
-        "void_turn_filter",
-        "error_trajectory_filter",
-        "roc",
-    ]
+    modes = ["none", "saar", "saar_negative_samples", "error_turn_mask", "void_turn_filter"]
+    modes += ["error_trajectory_filter", "roc"]
+    rows = [line.split("`")[1] for line in out.splitlines() if line.startswith("| `")]
+    assert rows[: 2 * len(modes)] == modes + modes  # the failed-call table, then the training table
+    assert rows[2 * len(modes) :] == ["other", "written-to-fail"]
     assert "SAAR on 9 s wall / 5 s llama.cpp CPU (exit 0)" in out
     # The paired comparison: SAAR removed the kept failed call of sample 0 (16 pairs: 4 at −1, 12 at 0; t(15) = 2.13).
     assert "| tool errors kept / trajectory | 0.00 | 0.25 | -0.25 [-0.49, -0.01] |" in out

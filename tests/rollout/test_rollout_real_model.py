@@ -11,11 +11,11 @@ import json
 
 import pytest
 
+from cleaner.analysis.paired import kept_errors, pair_up, shares_prefix
 from cleaner.cli import main as cleaner_main
 from cleaner.models.model_assets import default_cache_dir
 from cleaner.models.qwen25_tokenizer import load_qwen25_tokenizer
 from cleaner.rollout.llama_server import LlamaServerConfig, LlamaServerProcess
-from cleaner.rollout.paired import kept_errors, pair_up, shares_prefix
 from cleaner.saar.outcome import MODEL_ERROR_CATEGORIES
 from cleaner.trajectory.store import read_records
 from code_judge.local import free_port

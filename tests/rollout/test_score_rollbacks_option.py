@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from cleaner.analysis.offpolicy import format_log_ratio
 from cleaner.cli import build_parser
 from cleaner.rollout.cli import check_scoring, print_summary, settings_from_args
 from cleaner.rollout.driver import trainer_overrides
-from cleaner.rollout.offpolicy import format_log_ratio
 
 MEASURE = "+actor_rollout_ref.rollout.multi_turn.rollback_is_measure=true"
 

@@ -3,6 +3,7 @@ with hand-checked turns. Every trajectory: turn 0 = tokens 0..3 (a call, code 2.
 
 from __future__ import annotations
 
+from cleaner.purify.failed_calls import FAILED_CALLS_KEY, FailedCall
 from cleaner.purify.roc import RocCounts
 from cleaner.purify.turns import GENERATED_TOKENS_KEY, ROC_COUNTS_KEY, TURNS_KEY, Turn
 from cleaner.saar.stats import FAIL_COUNTER_NAMES, PREFIX
@@ -13,7 +14,8 @@ GENERATED = 10
 
 def record(problem: str, sample: int, *, saar: bool, correct: bool, failed: bool = False, void: bool = False,
            spliced: bool = False) -> dict:  # fmt: skip
-    """One trajectory: a call (failed if `failed`), then a final answer (or, if `void`, neither call nor answer)."""
+    """One trajectory: a call (failed if `failed`), then a final answer (or, if `void`, neither call nor answer).
+    `spliced`: SAAR rolled back a failed first attempt of turn 0 (4 tokens, its call 2) and spliced a resample."""
     turns = [
         Turn(0, 4, 2, 4, call=True, answer=False, failed=failed),
         Turn(6, 10, None, None, call=False, answer=not void, failed=False, void=void),
@@ -23,10 +25,16 @@ def record(problem: str, sample: int, *, saar: bool, correct: bool, failed: bool
     counters = {PREFIX + name: 0 for name in FAIL_COUNTER_NAMES}
     counters[PREFIX + "fail_exception"] = int(failed or spliced)  # a rolled-back call failed too
     generated = GENERATED + (4 if spliced else 0)
+    calls = []
+    if failed:
+        calls.append(FailedCall(0, ("exception",), 4, 2, "kept", start=0, end=4, code_start=2, code_end=4))
+    if spliced:
+        calls.append(FailedCall(0, ("exception",), 4, 2, "rolled_back", negative_candidate=True))
     return {
         **counters,
         PREFIX + "purified_errors": int(spliced),
         PREFIX + "response_tokens": sum(MASK),
+        PREFIX + "tool_calls": 1 + int(spliced),
         "timing": {"generated_tokens": generated, "latency_s": 1.0},
         "response_ids": list(range(len(MASK))),
         "key": f"{problem}#{sample}#{'saar' if saar else 'nosaar'}",
@@ -40,6 +48,7 @@ def record(problem: str, sample: int, *, saar: bool, correct: bool, failed: bool
         TURNS_KEY: [turn.to_dict() for turn in turns],
         GENERATED_TOKENS_KEY: generated,
         ROC_COUNTS_KEY: counts.to_dict(),
+        FAILED_CALLS_KEY: [call.to_dict() for call in calls],
     }
 
 

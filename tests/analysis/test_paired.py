@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cleaner.rollout.paired import (
+from cleaner.analysis.paired import (
     MIN_PAIRS_FOR_INTERVAL,
     acted_pairs,
     kept_errors,
