@@ -21,7 +21,7 @@ shares without purification. Pure: records in, numbers out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cleaner.purify.audit import AuditCounts, removed_figures
@@ -273,22 +273,32 @@ def _generated(group: Sequence[Record]) -> int:
 
 def roc_samples(
     off: Mapping[str, list[Record]], prompts: Sequence[str], target: float | None, roc: PurificationConfig
-) -> tuple[int | None, bool | None]:
-    """How many SAAR-off samples per prompt RoC samples: among the group sizes it can halve (up to the samples
-    there are), the one whose generated tokens per prompt come closest to `target` (SAAR's; the largest when there
-    is nothing to match), and whether they are within ±10 % of it."""
+) -> tuple[int | None, PurificationConfig, bool | None]:
+    """How many SAAR-off samples per prompt RoC samples, and the oversampling it cuts them with: among the group
+    sizes (up to the samples there are) and oversamplings (`roc`'s, or one more) that rStar2-Agent's rule can cut,
+    the pair whose generated tokens per prompt come closest to `target` (SAAR's; the largest size at `roc`'s
+    oversampling when there is nothing to match), and whether they are within ±10 % of it. One more oversampling
+    is tried because rStar2-Agent's rounded shares cannot halve every size (6 into 3 fails its own assertion)."""
     available = min(len(off[prompt]) for prompt in prompts)
-    sizes = [size for size in range(2, available + 1) if not roc.roc_problems(size)]
-    if not sizes:
-        return None, None
+    candidates = [
+        (size, replace(roc, roc_oversampling=ratio))
+        for ratio in (roc.roc_oversampling, roc.roc_oversampling + 1)
+        for size in range(2, available + 1)
+        if not replace(roc, roc_oversampling=ratio).roc_problems(size)
+    ]
+    if not candidates:
+        return None, roc, None
     if target is None:
-        return sizes[-1], None
+        return max(size for size, config in candidates if config == roc), roc, None
 
     def tokens(size: int) -> float:
         return sum(_generated(off[prompt][:size]) for prompt in prompts) / len(prompts)
 
-    best = min(sizes, key=lambda size: (abs(tokens(size) - target), size))
-    return best, abs(tokens(best) - target) <= TOKEN_MATCH_TOLERANCE * target
+    size, config = min(
+        candidates,
+        key=lambda pair: (abs(tokens(pair[0]) - target), pair[1].roc_oversampling, -pair[0]),
+    )
+    return size, config, abs(tokens(size) - target) <= TOKEN_MATCH_TOLERANCE * target
 
 
 def _estimates(counts: Sequence[PromptCounts], figures: Sequence[Figure], plan) -> dict[str, Estimate]:
@@ -334,7 +344,7 @@ def purification_table(
     saar_tokens = sum(_generated(by_mode[True][p]) for p in prompts) / len(prompts) if True in present else None
     roc_size, roc_matched = (None, None)
     if False in present:
-        roc_size, roc_matched = roc_samples(by_mode[False], prompts, saar_tokens, roc)
+        roc_size, roc, roc_matched = roc_samples(by_mode[False], prompts, saar_tokens, roc)
     rows = []
     for setting in SETTINGS:
         if setting.saar not in present:
@@ -468,8 +478,9 @@ def table_notes(table: PurificationTable) -> list[str]:
             )
         notes.append(
             f"Budget: RoC samples {table.roc_samples} rollouts per prompt (the first {table.roc_samples} SAAR-off "
-            f"samples) and trains {table.roc_kept} of them (rStar2-Agent's oversampling 2, at least one correct and "
-            "one incorrect when the group has them), the group size whose generated tokens per prompt come closest "
+            f"samples) and trains {table.roc_kept} of them (at least one correct and one incorrect when the group has "
+            "them; rStar2-Agent keeps half, and a larger cut is taken only where its rounding cannot halve the "
+            "group), the group whose generated tokens per prompt come closest "
             f"to SAAR's: {matched}; what it cut counts in its generated tokens."
         )
     notes += [f"Not shown: {reason}." for reason in table.skipped]
