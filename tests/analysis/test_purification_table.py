@@ -110,7 +110,7 @@ def test_roc_samples_as_many_rollouts_as_match_saars_tokens():
     assert roc.estimates["generated_tokens_per_prompt"].value == pytest.approx(60.0)
     assert table.rows[0].trajectories == 16  # the other modes train the first 4, paired with SAAR's
     assert "RoC samples 6 rollouts per prompt" in purification_markdown(table)
-    assert "100 generated tokens per prompt against SAAR's 100, within ±10 %" in purification_markdown(table)
+    assert "60 generated tokens per prompt against SAAR's 60, within ±10 %" in purification_markdown(table)
 
 
 def test_families_give_the_tool_error_rate_and_the_reinforced_shares():
