@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
 
 from cleaner.names import AGENT_NAME
+from cleaner.rewards.config import RewardConfig
 
 from .client_config import BACKENDS, ServerClientConfig
 
@@ -35,7 +37,11 @@ def register(subparsers) -> None:
         type=Path,
         help="verl tool yaml (default: the one cleaner ships, cleaner/resources/python_tool.yaml)",
     )
-    parser.add_argument("--judge-url", help="code-judge URL (overrides judge_url in the tool config)")
+    parser.add_argument(
+        "--judge-url",
+        default=os.environ.get("JUDGE_URL", RewardConfig.judge_url),
+        help="code-judge URL for the tool and the reward alike (default: $JUDGE_URL, else %(default)s)",
+    )
     parser.add_argument(
         "--saar",
         choices=sorted(SAAR_MODES),
@@ -108,6 +114,11 @@ def check_scoring(args: argparse.Namespace) -> None:
         )
 
 
+def engine_override(backend: str) -> tuple[str, ...]:
+    """verl's `rollout.name` for the servers verl itself runs (vllm, sglang); none for the others."""
+    return (f"actor_rollout_ref.rollout.name={backend}",) if backend in ("vllm", "sglang") else ()
+
+
 def settings_from_args(args: argparse.Namespace):
     from .driver import RolloutSettings
 
@@ -130,8 +141,10 @@ def settings_from_args(args: argparse.Namespace):
         score_rollbacks=args.score_rollbacks,
         concurrency=args.concurrency,
         trajectory_timeout_s=args.trajectory_timeout,
-        overrides=tuple(args.override),
-        reward_kwargs={"judge_url": args.judge_url} if args.judge_url else {},
+        # The engine behind the server decides where a splice's sampled log-probs can stand for the behaviour side
+        # (one scoring request instead of two: cleaner.saar.offpolicy); the user's overrides come after.
+        overrides=(*engine_override(args.backend), *args.override),
+        reward_kwargs={"judge_url": args.judge_url},
     )
 
 

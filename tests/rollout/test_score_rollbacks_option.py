@@ -127,3 +127,18 @@ async def test_scored_rollbacks_land_in_the_record(tmp_path, judge_url, qwen3_to
     print_summary(tmp_path / "out.jsonl", [problem], settings, result)
     row = next(line for line in capsys.readouterr().out.splitlines() if event["mode"] in line and "%" in line)
     assert format_log_ratio(event["log_is_ratio"]) in row
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_the_composed_rollout_names_the_engine_behind_the_server(backend, tmp_path):
+    settings = settings_from_args(parse("--backend", backend))
+    assert f"actor_rollout_ref.rollout.name={backend}" in trainer_overrides(settings, tmp_path / "t.yaml", saar=True)
+    assert not any(".rollout.name=" in line for line in settings_from_args(parse("--backend", "llamacpp")).overrides)
+
+
+def test_tool_and_reward_call_the_same_judge(monkeypatch):
+    monkeypatch.setenv("JUDGE_URL", "http://127.0.0.1:9")
+    settings = settings_from_args(parse("--backend", "vllm"))
+    assert settings.judge_url == settings.reward_kwargs["judge_url"] == "http://127.0.0.1:9"
+    given = settings_from_args(parse("--backend", "vllm", "--judge-url", "http://127.0.0.1:7"))
+    assert given.judge_url == given.reward_kwargs["judge_url"] == "http://127.0.0.1:7"
