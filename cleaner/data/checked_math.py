@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cleaner.data.rows import read_rows, write_jsonl
-from cleaner.data.tool_arithmetic import PYTHON_BLOCK_INSTRUCTION, SYSTEM_PROMPT
-from cleaner.names import AGENT_NAME
+from cleaner.data.tool_arithmetic import python_block_row
 
 DATA_SOURCE = "checked-math"
 WRITTEN_TO_FAIL = "written-to-fail"
@@ -285,17 +284,8 @@ def generate(count: int = DEFAULT_COUNT, seed: int = DEFAULT_SEED) -> list[Check
 
 def row(checked: Checked, index: int) -> dict[str, Any]:
     """A verl RLHF row in the bundled demo problems' format."""
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"{checked.question}\n\n{PYTHON_BLOCK_INSTRUCTION}"},
-        ],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(checked.by_definition)},
-        "extra_info": {"index": index, "problem_id": f"checked-{index:02d}", "family": OTHER, "kind": checked.family},
-        "agent_name": AGENT_NAME,
-    }
+    extra_info = {"index": index, "problem_id": f"checked-{index:02d}", "family": OTHER, "kind": checked.family}
+    return python_block_row(DATA_SOURCE, checked.question, checked.by_definition, extra_info)
 
 
 def family_of_bundled(problem_id: str) -> str:

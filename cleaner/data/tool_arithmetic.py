@@ -128,15 +128,21 @@ def generate(families: list[str], per_family: int, seed: int) -> list[Problem]:
 
 def to_row(problem: Problem, index: int, seed: int) -> dict[str, Any]:
     """A verl RLHF row in the demo problems' format; `extra_info` records how to regenerate it."""
+    extra_info = {"index": index, "problem_id": f"{problem.family}-{index:02d}", "seed": seed}
+    return python_block_row(DATA_SOURCE, problem.question, problem.answer, extra_info)
+
+
+def python_block_row(data_source: str, question: str, answer: int, extra_info: dict[str, Any]) -> dict[str, Any]:
+    """A verl RLHF row of an integer-answer math question asked for a python block, as the demo problems are."""
     return {
-        "data_source": DATA_SOURCE,
+        "data_source": data_source,
         "prompt": [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"{problem.question}\n\n{PYTHON_BLOCK_INSTRUCTION}"},
+            {"role": "user", "content": f"{question}\n\n{PYTHON_BLOCK_INSTRUCTION}"},
         ],
         "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(problem.answer)},
-        "extra_info": {"index": index, "problem_id": f"{problem.family}-{index:02d}", "seed": seed},
+        "reward_model": {"style": "rule", "ground_truth": str(answer)},
+        "extra_info": extra_info,
         "agent_name": AGENT_NAME,
     }
 
