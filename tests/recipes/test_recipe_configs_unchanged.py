@@ -1,7 +1,6 @@
 """Every recipe and evaluation run composes to what the recipe files of `data/composed/REVISION` composed, key by key,
-except the SAAR and purification keys that are now written out with their defaults (multi_turn/cleaner.yaml) and
-the reward's judge handed to the Ray workers, where the tool reads it (ADDED), and the deliberate changes of single
-recipes named with their reasons (CHANGED_ON_PURPOSE).
+except the SAAR and purification keys that are now written out with their defaults (multi_turn/cleaner.yaml), new
+keys (ADDED), and the deliberate changes of single recipes named with their reasons (CHANGED_ON_PURPOSE).
 
 The snapshots are `composed_snapshots.py`'s output for that revision (`python tests/recipes/composed_snapshots.py
 REVISION` rewrites them); the last test regenerates them from the revision and compares, where git has it.
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.slow  # composes every recipe with verl's Hydra config
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn."
 DECLARED = yaml.safe_load((RECIPE_CONFIGS / "multi_turn" / "cleaner.yaml").read_text())
 # New keys, each with the value it has with the scripts' environment (JUDGE_URL unset).
-ADDED = {"ray_kwargs.ray_init.runtime_env.env_vars.JUDGE_URL": "http://127.0.0.1:8088"}
+ADDED: dict[str, str] = {}
 # Deliberate changes of one recipe since the snapshots' revision, each with its reason (key -> value now).
 RAY_ENV = "ray_kwargs.ray_init.runtime_env.env_vars."
 ACTOR = "actor_rollout_ref.actor."

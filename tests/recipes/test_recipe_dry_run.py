@@ -533,17 +533,12 @@ def test_the_training_scripts_honour_model_path(tmp_path):
     assert f"model: {model} has no config.json" in result.stderr
 
 
-def tool_judge(config, monkeypatch) -> str:
+def tool_judge(config) -> str:
     """The judge URL of the tool as an agent-loop worker builds it: verl's tool registry loads the config's tool yaml
-    in the environment main_ppo gives its Ray workers (ray_kwargs.ray_init.runtime_env.env_vars)."""
+    in the worker's environment, which on one node is the driver's (Ray workers inherit it)."""
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    # main_ppo hands ray.init this section merged into a config of its own, so it resolves without the rest.
-    runtime_env = OmegaConf.to_container(OmegaConf.merge({}, config.ray_kwargs.ray_init.runtime_env), resolve=True)
-    with monkeypatch.context() as worker:
-        for key, value in runtime_env["env_vars"].items():
-            worker.setenv(key, str(value))
-        [tool] = initialize_tools_from_config(config.actor_rollout_ref.rollout.multi_turn.tool_config_path)
+    [tool] = initialize_tools_from_config(config.actor_rollout_ref.rollout.multi_turn.tool_config_path)
     return tool.settings.judge.url
 
 
@@ -557,11 +552,11 @@ def test_the_hand_typed_main_ppo_line_with_judge_url_gives_reward_and_tool_one_j
     monkeypatch.setenv("CLEANER_ROOT", str(ROOT))
     monkeypatch.setenv("JUDGE_URL", "http://judge.example:9000")
     config = compose(name, ["actor_rollout_ref.model.path=/m"])
-    assert OmegaConf.select(config, REWARD_JUDGE) == tool_judge(config, monkeypatch) == "http://judge.example:9000"
+    assert OmegaConf.select(config, REWARD_JUDGE) == tool_judge(config) == "http://judge.example:9000"
     assert config_file_problems(config) == []
     monkeypatch.delenv("JUDGE_URL")
     config = compose(name, ["actor_rollout_ref.model.path=/m"])
-    assert OmegaConf.select(config, REWARD_JUDGE) == tool_judge(config, monkeypatch) == "http://127.0.0.1:8088"
+    assert OmegaConf.select(config, REWARD_JUDGE) == tool_judge(config) == "http://127.0.0.1:8088"
 
 
 def test_a_judge_set_on_the_rewards_key_alone_is_refused_naming_both(monkeypatch):
@@ -570,7 +565,7 @@ def test_a_judge_set_on_the_rewards_key_alone_is_refused_naming_both(monkeypatch
     monkeypatch.setenv("CLEANER_ROOT", str(ROOT))
     monkeypatch.delenv("JUDGE_URL", raising=False)
     config = compose("qwen3_4b_cleaner", [f"{REWARD_JUDGE}=http://judge-b:8088"])
-    assert tool_judge(config, monkeypatch) == "http://127.0.0.1:8088"
+    assert tool_judge(config) == "http://127.0.0.1:8088"
     [problem] = config_file_problems(config)
     assert "two judges" in problem and "calls http://127.0.0.1:8088" in problem and "http://judge-b:8088" in problem
 
@@ -795,3 +790,13 @@ def test_roc_matched_samples_cleaner_4bs_rollouts_plus_saars_resample_share(dry_
 
     ratio = rollouts(composed(dry_runs["qwen3_4b_roc_matched"])) / rollouts(composed(dry_runs["qwen3_4b_cleaner"]))
     assert ratio == 1.5
+
+
+@pytest.mark.parametrize("name", [*TRAINING, "train_cpu", "eval_tools", "eval_notool"])
+def test_ray_workers_environment_holds_no_interpolation(name):
+    """main_ppo merges `ray_kwargs.ray_init.runtime_env` into a config of its own and hands it to `ray.init`
+    unresolved, so a `${...}` there would reach every Ray worker as its literal text (an environment variable
+    `JUDGE_URL` holding `${oc.env:JUDGE_URL,...}`); the top-level `ray_init` values are resolved."""
+    config = compose(name, ["actor_rollout_ref.model.path=/m"])
+    runtime_env = OmegaConf.to_container(config.ray_kwargs.ray_init.get("runtime_env") or OmegaConf.create({}))
+    assert "${" not in repr(runtime_env)
