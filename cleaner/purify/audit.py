@@ -169,9 +169,18 @@ def _negative_sample_counts(mask: Sequence[int], advantages: Sequence[float]) ->
     )
 
 
-def _failed_call_counts(
-    calls: Sequence[FailedCall] | None, mask: Sequence[int], advantages: Sequence[float], spliced_spans: Sequence
-) -> AuditCounts:
+def _replacement_counts(mask: Sequence[int], advantages: Sequence[float], spliced_spans: Sequence) -> AuditCounts:
+    """Trained tokens SAAR spliced in where it cut a failed attempt, and those of them with a positive advantage."""
+    replacement = replacement_reinforced = 0
+    for span in spliced_spans:
+        if span[3] in REPLACEMENT_KINDS:
+            start, end = int(span[0]), min(int(span[1]), len(mask))
+            replacement += sum(mask[start:end])
+            replacement_reinforced += _signs(mask, advantages, start, end)[0]
+    return AuditCounts(replacement=replacement, replacement_reinforced=replacement_reinforced)
+
+
+def _failed_call_counts(calls: Sequence[FailedCall] | None, mask: Sequence[int], advantages: Sequence[float]):
     if calls is None:
         return AuditCounts(failed_unrecorded=1)
     reinforced = penalized = code_reinforced = code_penalized = rolled_back = 0
@@ -184,12 +193,6 @@ def _failed_call_counts(
         if call.code_start is not None:
             positive, negative = _signs(mask, advantages, call.code_start, call.code_end)
             code_reinforced, code_penalized = code_reinforced + positive, code_penalized + negative
-    replacement = replacement_reinforced = 0
-    for span in spliced_spans:
-        if span[3] in REPLACEMENT_KINDS:
-            positive, negative = _signs(mask, advantages, int(span[0]), int(span[1]))
-            trained = sum(mask[int(span[0]) : min(int(span[1]), len(mask))])
-            replacement, replacement_reinforced = replacement + trained, replacement_reinforced + positive
     return AuditCounts(
         failed_calls=len(calls),
         failed_tokens=sum(call.turn_tokens for call in calls),
@@ -199,8 +202,6 @@ def _failed_call_counts(
         failed_penalized=penalized,
         failed_code_reinforced=code_reinforced,
         failed_code_penalized=code_penalized,
-        replacement=replacement,
-        replacement_reinforced=replacement_reinforced,
     )
 
 
@@ -245,7 +246,8 @@ def audit_row(row: AuditRow) -> AuditCounts:
         negative_on_successful_call=on_success,
         offpolicy=offpolicy,
     )
-    return counts + _failed_call_counts(row.failed_calls, mask, advantages, row.spliced_spans)
+    failed = _failed_call_counts(row.failed_calls, mask, advantages)
+    return counts + failed + _replacement_counts(mask, advantages, row.spliced_spans)
 
 
 def audit_counts(rows: Sequence[AuditRow]) -> AuditCounts:

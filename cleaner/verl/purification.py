@@ -24,12 +24,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cleaner.purify.audit import AuditRow, audit_metrics
 from cleaner.purify.config import TRAINER_MODES, Purification, PurificationConfig, PurificationConfigError
+from cleaner.purify.failed_calls import FAILED_CALLS_KEY
 from cleaner.purify.masks import Trajectory, purified_masks
 from cleaner.purify.turns import GENERATED_TOKENS_KEY, TURNS_KEY, turns_from_field
 from cleaner.saar.negatives import NEGATIVE_SAMPLE_KEY
 from cleaner.saar.stats import PREFIX as SAAR_PREFIX
+from cleaner.verl.purification_audit import batch_audit_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -110,35 +111,14 @@ def purify_masks(
     return [torch.tensor(values, dtype=mask.dtype) for values, mask in zip(purified, masks, strict=True)]
 
 
-def audit_rows(extra: Sequence[dict | None], masks: Sequence[torch.Tensor], advantages: Sequence[torch.Tensor]):
-    """Audit rows of the trajectories of a batch (negative samples are not trajectories and are left out)."""
-    rows = []
-    for fields, mask, advantage in zip(extra, masks, advantages, strict=True):
-        fields = fields or {}
-        if fields.get(NEGATIVE_SAMPLE_KEY):
-            continue
-        mask_values = mask.tolist()
-        # A row of another agent loop (tool_agent, single_turn_agent) has no record: it never resamples, so its
-        # generated tokens are its model tokens.
-        rows.append(
-            AuditRow(
-                turns=turns_from_field(fields.get(TURNS_KEY)),
-                mask=mask_values,
-                advantages=advantage.tolist(),
-                generated_tokens=int(fields.get(GENERATED_TOKENS_KEY) or sum(mask_values)),
-                spliced_spans=fields.get(SPLICED_SPANS) or (),
-            )
-        )
-    return rows
-
-
 # ---------------------------------------------------------------- legacy RayPPOTrainer
 
 
 def _legacy_extra(data) -> list[dict]:
     """Per row, the purify/SAAR columns verl made of `extra_fields`."""
     columns = data.non_tensor_batch
-    keys = [key for key in (TURNS_KEY, GENERATED_TOKENS_KEY, SPLICED_SPANS, NEGATIVE_SAMPLE_KEY) if key in columns]
+    wanted = (TURNS_KEY, GENERATED_TOKENS_KEY, SPLICED_SPANS, NEGATIVE_SAMPLE_KEY, FAILED_CALLS_KEY)
+    keys = [key for key in wanted if key in columns]
     return [{key: columns[key][row] for key in keys} for row in range(len(data))]
 
 
@@ -159,9 +139,13 @@ def apply_legacy(config: PurificationConfig, data) -> None:
         data.batch["response_mask"] = torch.stack(purified).to(mask.device)
 
 
+def _mode() -> Purification | None:
+    return _config.mode if _config is not None else None
+
+
 def legacy_audit(data) -> dict[str, float]:
     mask, advantages = data.batch["response_mask"], data.batch["advantages"]
-    return audit_metrics(audit_rows(_legacy_extra(data), list(mask), list(advantages)))
+    return batch_audit_metrics(_legacy_extra(data), mask, advantages, _mode())
 
 
 def _wrap_compute_advantage(original: Callable) -> Callable:
@@ -241,7 +225,7 @@ def v1_audit(batch) -> dict[str, float]:
         return {}
     data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["response_mask", "advantages"])
     extra = fetch_extra_fields(keys, batch.partition_id)
-    return audit_metrics(audit_rows(extra, list(data["response_mask"].unbind(0)), list(data["advantages"].unbind(0))))
+    return batch_audit_metrics(extra, data["response_mask"], data["advantages"], _mode())
 
 
 def _wrap_v1_compute_advantage(original: Callable) -> Callable:

@@ -59,3 +59,13 @@ def test_the_audit_reached_the_logger(run):
     assert metrics["purify/dropped_trajectory_share"] == 0.0
     assert 0.0 < metrics["purify/trained_token_share"] < 1.0  # the failed turns were generated, not trained
     assert metrics["purify/offpolicy_token_share"] == 0.0  # SAAR off: nothing spliced
+
+
+def test_the_failed_call_audit_reached_the_logger(run):
+    """Every trajectory generated one failed call and error_turn_mask trains none of it: all untrained, and the
+    reinforced and penalized shares are reported removed, not as a measured 0."""
+    metrics = run["metrics"][1]
+    assert metrics["purify/failed_calls"] == TRAJECTORIES
+    assert metrics["purify/failed_call_untrained_share"] == 1.0
+    assert metrics["purify/failed_call_signal_removed"] == 1.0
+    assert "purify/failed_call_reinforced_share" not in metrics

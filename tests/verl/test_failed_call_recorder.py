@@ -127,3 +127,36 @@ async def test_a_negative_beyond_the_cap_is_a_candidate_but_not_a_negative(qwen3
 async def test_a_trajectory_without_failures_records_none(qwen3_tokenizer):
     output, _ = await run(qwen3_tokenizer, [RETRY, ANSWER], enable_tool_rollback=True)
     assert output.extra_fields[FAILED_CALLS_KEY] == []
+
+
+BROKEN = (
+    '<think>\nGo.\n</think>\n\n<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(1)"\n</tool_call>'
+)
+
+
+async def test_an_unparsable_call_the_stock_loop_drops_is_recorded_as_a_kept_bad_call(qwen3_tokenizer):
+    output, server = await run(qwen3_tokenizer, [BROKEN, ANSWER])
+    [failed] = failed_calls_from_field(output.extra_fields[FAILED_CALLS_KEY])
+    [kept_turn] = turns_from_field(output.extra_fields[TURNS_KEY])  # the stock loop stops at a turn without calls
+    assert (failed.fate, failed.categories) == ("kept", ("bad_call",))
+    assert (failed.start, failed.end) == (kept_turn.start, kept_turn.end)
+    assert failed.turn_tokens == len(server.requests_for(MARKER)[0].token_ids)
+
+
+async def test_an_unparsable_call_rolled_back_by_saar_is_recorded_as_cut(qwen3_tokenizer):
+    output, _ = await run(qwen3_tokenizer, [BROKEN, turn("Go.", "print(1)"), ANSWER], enable_tool_rollback=True)
+    [failed] = failed_calls_from_field(output.extra_fields[FAILED_CALLS_KEY])
+    assert (failed.fate, failed.categories, failed.negative_candidate) == ("rolled_back", ("bad_call",), True)
+
+
+def test_a_failure_of_a_trajectory_returned_empty_is_lost_not_rolled_back():
+    """A trajectory that raised is returned with an empty response: its failed turn's message is still there, but
+    no turn of the response holds it."""
+    from cleaner.saar.outcome import ErrorCategory, ToolOutcome
+    from cleaner.verl.failed_call_recorder import FailedCallRecorder
+
+    recorder = FailedCallRecorder()
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "call"}]
+    recorder.on_call(messages, [5, 6, 7], [ToolOutcome.model_error(ErrorCategory.TIMEOUT, detail="slow")])
+    [failed] = recorder.failed_calls(messages, turns=[], find_call_start=lambda ids: 1, negative_ids=set())
+    assert (failed.fate, failed.categories, failed.turn_tokens, failed.call_tokens) == ("lost", ("timeout",), 3, 2)
