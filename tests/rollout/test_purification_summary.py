@@ -38,7 +38,7 @@ def test_rollout_summary_without_turns_prints_nothing():
 
 def test_benchmark_recomputes_the_table_from_its_cache(tmp_path, capsys):
     records = paired_groups(4)
-    for mode, saar in (("on", True), ("off", False)):
+    for saar in (True, False):
         text = "".join(json.dumps(r) + "\n" for r in records if r["saar"] == saar)
         if saar:  # the committed records are gzipped
             (tmp_path / "rollout-saar-on.jsonl.gz").write_bytes(gzip.compress(text.encode()))
