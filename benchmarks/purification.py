@@ -1,19 +1,19 @@
 """Every purification mode on the same real rollouts: what each mode does with the failed tool calls the policy
 sampled, and what it pays for it.
 
-Rolls out a demo model (`scripts/demo.py`'s services and settings: llama.cpp, one single-slot server per SAAR mode)
-on the benchmark's problem set (`benchmarks/data/purification_problems.jsonl`: the 19 bundled demo problems and
+Rolls out a demo model (`scripts/demo.py`'s services and settings: llama.cpp, one single-slot server per SAAR mode;
+by default the 0.5B with 256 new tokens per turn, 4 turns, 1024 response tokens) on the benchmark's problem set (`benchmarks/data/purification_problems.jsonl`: the 19 bundled demo problems and
 30 generated ones with checked answers, `cleaner.data.checked_math`), SAAR on with `-n` samples per problem and
 SAAR off with `--off-samples` (the first `-n` of them share their seeds with SAAR on; the rest let RoC sample more
 rollouts per prompt, as many as match SAAR's generated tokens), into a cache directory (`rollout-saar-{off,on}.jsonl`,
 one record per trajectory, resumable: a second run only adds what is missing). Then it applies every mode of
-`multi_turn.purification` to the same groups and prints one table (`cleaner.analysis.purification_table`, what
+`multi_turn.purification` and the negative-sample setting to the same groups and prints the tables (`cleaner.analysis.purification_table`, what
 `cleaner rollout` and `cleaner report` print too), each figure with its sample size and a 95 % bootstrap interval
 over prompts:
 
     python benchmarks/purification.py                                   # roll out and print the table
     python benchmarks/purification.py --from benchmarks/data/purification-rollouts   # recompute from the records
-    python benchmarks/purification.py -- --problem-ids math-06,math-07  # arguments after -- go to scripts/demo.py
+    python benchmarks/purification.py -- --limit 20                     # arguments after -- go to scripts/demo.py
     python benchmarks/purification.py --time-budget 90                  # stop rolling out after 90 min
 
 Problems run in order, all samples of one before the next, so a time budget keeps a prefix of the problem

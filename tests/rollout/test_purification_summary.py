@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import io
 import json
@@ -37,9 +38,12 @@ def test_rollout_summary_without_turns_prints_nothing():
 
 def test_benchmark_recomputes_the_table_from_its_cache(tmp_path, capsys):
     records = paired_groups(4)
-    for mode, saar in (("on", True), ("off", False)):
-        rows = [r for r in records if r["saar"] == saar]
-        (tmp_path / f"rollout-saar-{mode}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for saar in (True, False):
+        text = "".join(json.dumps(r) + "\n" for r in records if r["saar"] == saar)
+        if saar:  # the committed records are gzipped
+            (tmp_path / "rollout-saar-on.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+        else:
+            (tmp_path / "rollout-saar-off.jsonl").write_text(text)
     run = {
         "date": "2026-01-01T00:00:00+00:00",
         "demo_args": ["-n", "4"],
