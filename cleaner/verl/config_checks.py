@@ -257,7 +257,7 @@ def rollout_log_probs_needed(config: DictConfig) -> list[str]:
     ]
 
 
-# Backends and trainer clients that never hand prompt log-probs to the agent loop (shared notes, engines.md):
+# Backends and trainer clients that never hand prompt log-probs to the agent loop (read in verl 0.9.1's source):
 # verl's TensorRT-LLM server returns none; FullyAsyncLLMServerClient rebuilds each answer and keeps only the
 # tokens, their log-probs and step counters.
 NO_PROMPT_LOGPROBS_ROLLOUTS = ("trtllm",)
