@@ -9,15 +9,14 @@ tenth of the rows end in a void turn. RoC runs at n = 32 (64 prompts x 32 rollou
 `qwen3_4b_roc_matched`, the other modes at n = 16. For each mode it times what `cleaner.verl.purification` adds
 to the driver's step, in the trainer's order:
 
-- `roc`: RoC's selection and the removal of the cut rollouts where the legacy trainer balances the batch (a copy
-  of the kept rows of every tensor), padded to 8 prompts x 32 rows;
+- `roc`: RoC's selection and the stand-in verl's `_balance_batch` balances instead of the batch (the kept rows'
+  attention masks and uids); verl's reorder then copies only the kept rows, padded to 8 prompts x 32 rows;
 - `masks`: the mode's masks before verl's advantage estimator and the void rows' loss mask after it;
 - `audit`: the `purify/*` audit of the batch (`legacy_audit`), RoC's removed rows included.
 
-verl's own estimator is not timed (it runs in every mode). For scale, the table is followed by what verl's own
-`_balance_batch` reorder costs right after (a copy of every row it is given): of the whole batch, and of RoC's
-kept rows. Each figure is the median of `--repeats` runs. The last line, `per step: <seconds> s`, is the slowest
-mode's total.
+verl's own estimator is not timed (it runs in every mode), nor is verl's `_balance_batch` reorder (a copy of every
+row it keeps), which the table is followed by for scale: of the whole batch, and of RoC's kept rows. Each figure
+is the median of `--repeats` runs. The last line, `per step: <seconds> s`, is the slowest mode's total.
 
 Usage: .venv/bin/python benchmarks/purification_cost.py [--rows 2048] [--tokens 20480] [--prompt 2560]
        [--turns 10] [--repeats 3]
@@ -130,8 +129,15 @@ def run_mode(mode: Purification, batch: DataProto, n: int) -> dict[str, float]:
     purification._config, purification._rollout_n = config, n
     data = fresh(batch)
     figures = {"roc": 0.0}
+    order = torch.randperm(len(data))  # verl's balanced order, of every row
     if mode is Purification.ROC:
-        figures["roc"] = timed(lambda: purification.roc_legacy(config, data, PPO_MINI_BATCH_SIZE * n))
+        selected: list = []
+        figures["roc"] = timed(
+            lambda: selected.append(purification.roc_legacy_rows(config, data, PPO_MINI_BATCH_SIZE * n)[0])
+        )
+        figures["roc"] += timed(lambda: purification.balance_stand_in(data, selected[0]))
+        order = selected[0][torch.randperm(len(selected[0]))]  # verl's balanced order, of the kept rows
+    figures["reorder"] = timed(lambda: data.reorder(order))  # verl's balancing copy, not purification's
     # what verl's estimator would have written (not timed)
     data.batch["advantages"] = (data.batch["rm_scores"][:, -1:] - 0.5) * data.batch["response_mask"]
     loss_masked: list = []
@@ -140,7 +146,6 @@ def run_mode(mode: Purification, batch: DataProto, n: int) -> dict[str, float]:
         figures["masks"] += timed(lambda: purification.loss_mask_rows(data, loss_masked[0]))
     figures["audit"] = timed(lambda: purification.legacy_audit(data))
     figures["rows"] = float(len(data))
-    figures["reorder"] = timed(lambda: data.reorder(torch.randperm(len(data))))  # verl's balance, not purification
     return figures
 
 
@@ -174,8 +179,8 @@ def main() -> None:
             f"{median['audit']:.3f} | {total:.3f} |"
         )
     print(
-        f"\nfor scale, verl's _balance_batch reorder right after: {reorder[Purification.NONE]:.3f} s for the whole "
-        f"batch, {reorder[Purification.ROC]:.3f} s for RoC's kept rows"
+        f"\nfor scale, verl's _balance_batch reorder: {reorder[Purification.NONE]:.3f} s for the whole batch, "
+        f"{reorder[Purification.ROC]:.3f} s for RoC's kept rows"
     )
     print(f"per step: {worst:.2f} s")
 

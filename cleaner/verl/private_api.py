@@ -28,6 +28,9 @@ class PrivateMethod:
     parameters: tuple[str, ...]  # the leading parameter names cleaner relies on, in order
     used_by: str  # what in cleaner depends on it
     attributes: tuple[str, ...] = ()  # instance attributes of the method's class that the wrapper reads
+    # Where the wrapper hands the method a stand-in for its `batch` argument: the only `batch.<name>` and
+    # `batch.<name>["<key>"]` accesses its source may make, as "name" or "name[key]".
+    batch_reads: tuple[str, ...] = ()
 
 
 PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
@@ -126,6 +129,7 @@ PRIVATE_METHODS: tuple[PrivateMethod, ...] = (
         "RayPPOTrainer._balance_batch",
         ("self", "batch", "metrics", "logging_prefix", "keep_minibatch"),
         "purification",
+        batch_reads=("batch[attention_mask]", "non_tensor_batch", "non_tensor_batch[uid]", "reorder"),
     ),
     PrivateMethod(
         "verl.trainer.ppo.v1.trainer_base",
@@ -180,7 +184,19 @@ def verl_api_problems() -> list[str]:
         if missing:
             owner = method.qualname.rsplit(".", 1)[0]
             problems.append(f"{where} reads {missing}, which {method.module}.{owner}.__init__ no longer assigns")
+        beyond = unexpected_batch_reads(method, target)
+        if beyond:
+            problems.append(f"{where} reads {beyond} of its batch; cleaner's stand-in holds only {method.batch_reads}")
     return problems
+
+
+def unexpected_batch_reads(method: PrivateMethod, target) -> list[str]:
+    """The `batch.<name>` / `batch.<name>["<key>"]` accesses in the method's source outside its `batch_reads`."""
+    if not method.batch_reads:
+        return []
+    source = inspect.getsource(inspect.unwrap(target))
+    reads = {f"{name}[{key}]" if key else name for name, key in re.findall(r"\bbatch\.(\w+)(?:\[\"(\w+)\"\])?", source)}
+    return sorted(reads - set(method.batch_reads))
 
 
 def unassigned_attributes(method: PrivateMethod) -> list[str]:

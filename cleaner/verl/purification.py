@@ -5,7 +5,7 @@ applies them on training batches only (validation never computes advantages):
 
 | trainer | RoC: rows removed | masks before the advantages | void rows loss-masked after them | audit |
 |---------|-------------------|-----------------------------|----------------------------------|-------|
-| legacy `RayPPOTrainer` | `_balance_batch(batch, metrics)`, in place | `ray_trainer.compute_advantage(data, ...)`: `response_mask` | in the same wrapper, after verl's estimator | after it; logged through `ray_trainer.compute_data_metrics` |
+| legacy `RayPPOTrainer` | `_balance_batch(batch, metrics)`: verl balances the kept rows, one copy | `ray_trainer.compute_advantage(data, ...)`: `response_mask` | in the same wrapper, after verl's estimator | after it; logged through `ray_trainer.compute_data_metrics` |
 | v1 `PPOTrainer` | `_balance_batch(batch, metrics)`: kept keys, the others cleared from TransferQueue | `_compute_advantage(batch, metrics)`: `response_mask` and `loss_mask` in TransferQueue | the same, plus `advantages` | after it, into `metrics` |
 
 A mask zeroed before the advantages takes the row out of its group's mean and std
@@ -177,9 +177,10 @@ def batch_multiple(trainer) -> int:
     return multiple
 
 
-def roc_legacy(config: PurificationConfig, batch, multiple: int) -> dict[str, float]:
-    """Remove RoC's cut rollouts from `batch` (a DataProto, in place); keep the first cut rows, all-zero mask and a
-    group each, as padding up to a multiple of `multiple` rows."""
+def roc_legacy_rows(config: PurificationConfig, batch, multiple: int) -> tuple[torch.Tensor, dict[str, float]]:
+    """RoC's selection on a legacy batch: the rows that stay, in batch order, and the metrics. Enough of the first
+    cut rows stay as padding to reach a multiple of `multiple` rows: their masks are zeroed and each gets a group of
+    its own, here in `batch`, before any row moves."""
     if "rm_scores" not in batch.batch.keys():
         raise KeyError("purification=roc needs the rewards (rm_scores) in the batch before it is balanced")
     extra = _legacy_extra(batch)
@@ -190,17 +191,42 @@ def roc_legacy(config: PurificationConfig, batch, multiple: int) -> dict[str, fl
     cut = torch.nonzero(~kept).flatten()
     pad = cut[:padding]
     _removed[:] = [extra[row] for row in cut[padding:].tolist()]
+    if len(pad):
+        batch.batch["response_mask"][pad] = 0
+        uid = batch.non_tensor_batch["uid"].copy()
+        uid[pad.numpy()] = [f"{ROC_PADDING_GROUP}-{row}" for row in pad.tolist()]
+        batch.non_tensor_batch["uid"] = uid
     chosen = kept.clone()
     chosen[pad] = True
-    selected = batch.select_idxs(chosen)
-    batch.batch, batch.non_tensor_batch = selected.batch, selected.non_tensor_batch
-    if len(pad):
-        # the padding rows' places in the selected batch: they train nothing and are each their own group
-        places = (torch.cumsum(chosen.long(), 0) - 1)[pad]
-        batch.batch["response_mask"][places] = 0
-        uid = batch.non_tensor_batch["uid"]
-        uid[places.numpy()] = [f"{ROC_PADDING_GROUP}-{row}" for row in pad.tolist()]
-    return roc_metrics(selection, len(pad))
+    return torch.nonzero(chosen).flatten(), roc_metrics(selection, len(pad))
+
+
+def balance_stand_in(batch, rows: torch.Tensor):
+    """What verl's legacy `_balance_batch` reads of a batch (attention masks and uids), for `rows` only."""
+    from verl import DataProto
+
+    return DataProto.from_dict(
+        tensors={"attention_mask": batch.batch["attention_mask"][rows]},
+        non_tensors={"uid": batch.non_tensor_batch["uid"][rows.numpy()]},
+    )
+
+
+def roc_balance_legacy(balance: Callable, trainer, batch, metrics: dict, *args, **kwargs) -> None:
+    """RoC's rows only, in the order verl's `_balance_batch` gives them, with one copy of each kept row: verl
+    balances a stand-in holding the kept rows' attention masks and uids, and the order it asks the stand-in to take
+    is applied to the batch by verl's own `reorder` (a removal copy followed by verl's reorder copy cost twice)."""
+    rows, figures = roc_legacy_rows(_config, batch, batch_multiple(trainer))
+    metrics.update(figures)
+    stand_in = balance_stand_in(batch, rows)
+    orders: list[torch.Tensor] = []
+    stand_in.reorder = orders.append
+    balance(trainer, stand_in, metrics, *args, **kwargs)
+    if len(orders) != 1:
+        raise RuntimeError(
+            f"purification=roc: verl's _balance_batch reordered the batch {len(orders)} times, expected once "
+            "(cleaner.verl.private_api checks the verl version this was written for)"
+        )
+    batch.reorder(rows[orders[0]])
 
 
 def _mode() -> Purification | None:
@@ -234,7 +260,7 @@ def _wrap_legacy_balance_batch(original: Callable) -> Callable:
     @functools.wraps(original)
     def _balance_batch(self, batch, metrics, *args, **kwargs):
         if _config is not None and _config.mode is Purification.ROC and TURNS_KEY in batch.non_tensor_batch:
-            metrics.update(roc_legacy(_config, batch, batch_multiple(self)))
+            return roc_balance_legacy(original, self, batch, metrics, *args, **kwargs)
         return original(self, batch, metrics, *args, **kwargs)
 
     setattr(_balance_batch, _MARK, True)

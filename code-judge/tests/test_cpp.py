@@ -7,6 +7,7 @@ import pytest
 from judge_harness import SCHEDULING_SLACK_S, Launcher
 
 TIME_LIMIT_S = 2.0
+CLOCK_SKEW_SHARE = 0.01
 ADD_TWO_NUMBERS = '#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << "\\n"; }\n'
 
 
@@ -42,7 +43,10 @@ def test_cpp_infinite_loop_hits_the_time_limit(client):
     source = "int main() { volatile unsigned long n = 0; for (;;) n++; }"
     verdict = client.post("/judge", json={"type": "cpp", "solution": source}).json()
     assert verdict["run_success"] is False and verdict["reason"] in ("worker_timeout", "worker_starved")
-    assert TIME_LIMIT_S <= verdict["cost"] < TIME_LIMIT_S + SCHEDULING_SLACK_S
+    # The CPU-time limit has the same value and can stop the loop first; the kernel counts CPU time on its scheduler
+    # clock, which in a VM runs up to a few hundred ppm apart from the monotonic clock the cost is read on, so such a
+    # stop can read a millisecond or two under the limit (1.9985 s was seen at 2 s).
+    assert TIME_LIMIT_S * (1 - CLOCK_SKEW_SHARE) <= verdict["cost"] < TIME_LIMIT_S + SCHEDULING_SLACK_S
 
 
 def test_cpp_sleeping_past_the_limit_answers_upstreams_timeout_line(client):

@@ -72,3 +72,17 @@ def test_an_attribute_verl_no_longer_assigns_is_named(monkeypatch):
     monkeypatch.setattr(private_api, "PRIVATE_METHODS", (renamed,))
     with pytest.raises(VerlApiMismatch, match=r"reads \['_dapo_cache'\], which .*ReplayBuffer.__init__ no longer"):
         require_verl_api()
+
+
+def test_a_batch_field_the_roc_stand_in_lacks_is_named(monkeypatch):
+    """RoC hands verl's legacy `_balance_batch` a stand-in with the kept rows' attention masks and uids: a verl
+    whose balancing reads more of the batch is refused at start, naming what it reads."""
+    import dataclasses
+
+    [balance] = [method for method in PRIVATE_METHODS if method.batch_reads]
+    assert balance.qualname == "RayPPOTrainer._balance_batch" and balance.used_by == "purification"
+    assert private_api.unexpected_batch_reads(balance, private_api._resolve(balance)) == []
+    narrower = dataclasses.replace(balance, batch_reads=("reorder",))
+    monkeypatch.setattr(private_api, "PRIVATE_METHODS", (narrower,))
+    [problem] = private_api.verl_api_problems()
+    assert "reads ['batch[attention_mask]', 'non_tensor_batch', 'non_tensor_batch[uid]'] of its batch" in problem

@@ -38,6 +38,7 @@ def batch() -> DataProto:
             "token_level_scores": scores,
             "token_level_rewards": scores.clone(),
             "response_mask": torch.tensor([MASK] * len(SCORES), dtype=torch.float32),
+            "attention_mask": torch.ones(len(SCORES), 2 + len(MASK), dtype=torch.int64),  # a 2-token prompt
         },
         non_tensors={
             "uid": np.array(["a"] * len(SCORES), dtype=object),
@@ -160,34 +161,41 @@ def roc_batch() -> DataProto:
 
 
 class LegacyTrainer:
-    """What the balance hook reads of verl's RayPPOTrainer: data-parallel size and mini-batch settings."""
+    """What verl's RayPPOTrainer._balance_batch and the RoC hook read of the trainer: data-parallel size and
+    mini-batch settings."""
 
     def __init__(self, dp_size: int, ppo_mini_batch_size: int):
         self.config = OmegaConf.create({"actor_rollout_ref": {"actor": {"ppo_mini_batch_size": ppo_mini_batch_size}}})
         self.actor_rollout_wg, self.use_critic, self.dp_size = None, False, dp_size
-        self.balanced: list[int] = []
 
     def _get_dp_size(self, worker_group, role):
         return self.dp_size
 
 
-def balance(trainer: LegacyTrainer, data: DataProto) -> dict:
-    def verl_balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
-        self.balanced = batch.non_tensor_batch["row"].tolist()
-
+def balance(trainer: LegacyTrainer, data: DataProto) -> tuple[dict, list[int]]:
+    """verl's own legacy `_balance_batch` as installed (RoC's hook around it); returns its metrics and the batch's
+    original row numbers in their new order."""
     metrics: dict[str, float] = {}
-    purification._wrap_legacy_balance_batch(verl_balance_batch)(trainer, data, metrics)
-    return metrics
+    ray_trainer.RayPPOTrainer._balance_batch(trainer, data, metrics)
+    return metrics, data.non_tensor_batch["row"].tolist()
+
+
+def by_row(data: DataProto, rows: list[int]) -> DataProto:
+    """`data` back in the original row order (verl's balancing shuffles it), for per-row checks."""
+    data.reorder(torch.tensor(sorted(range(len(rows)), key=rows.__getitem__)))
+    return data
 
 
 def test_roc_removes_the_cut_rollouts_before_the_batch_is_balanced(install):
     install(purification="roc")  # n = 4, oversampling 2: a kept group of 2
     data = roc_batch()
     trainer = LegacyTrainer(dp_size=2, ppo_mini_batch_size=1)  # a multiple of lcm(2, 1 x 4) = 4 rows
-    metrics = balance(trainer, data)
+    metrics, rows = balance(trainer, data)
     # group a: round(2 x 2 / 4) = 1 correct, the clean one (row 1), and the first failure (row 2); group b has
     # equal rewards and leaves; two cut rows (0 and 3) stay as padding, mask 0, each its own group
-    assert trainer.balanced == [0, 1, 2, 3] and len(data) == 4
+    assert sorted(rows) == [0, 1, 2, 3] and len(data) == 4
+    assert "global_seqlen/balanced_max" in metrics  # verl balanced the kept rows
+    data = by_row(data, rows)
     assert row_masks(data) == [[0] * 6, MASK, MASK, [0] * 6]
     assert data.non_tensor_batch["uid"][[1, 2]].tolist() == ["a", "a"]
     assert not {"a", "b"} & set(data.non_tensor_batch["uid"][[0, 3]].tolist())
@@ -205,8 +213,24 @@ def test_roc_kept_rows_on_a_multiple_need_no_padding(install):
     trainer = LegacyTrainer(dp_size=2, ppo_mini_batch_size=1)
     data = roc_batch()
     data.batch["rm_scores"][4:, 4] = torch.tensor([1.0, 0.0, 1.0, 0.0])  # group b mixed too: 4 rows kept
-    metrics = balance(trainer, data)
-    assert trainer.balanced == [1, 2, 4, 5] and metrics["purify/roc_padding_rows"] == 0
+    metrics, rows = balance(trainer, data)
+    assert sorted(rows) == [1, 2, 4, 5] and metrics["purify/roc_padding_rows"] == 0
+
+
+def test_roc_hands_verl_the_kept_rows_to_balance_and_applies_its_order(install):
+    """The rows verl's partitioning sees are the kept ones with their own lengths: the batch ends in the order
+    verl's balancing gives them, by workload per data-parallel rank."""
+    install(purification="roc")
+    data = roc_batch()
+    data.batch["rm_scores"][4:, 4] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    data.batch["attention_mask"] = torch.ones(8, 12, dtype=torch.int64)
+    data.batch["attention_mask"][:, 8:] = torch.tensor([[0] * 4] * 4 + [[1] * 4] * 4)  # rows 4-7 longer
+    metrics, rows = balance(LegacyTrainer(dp_size=2, ppo_mini_batch_size=1), data)
+    first_rank, second_rank = rows[:2], rows[2:]
+    # each rank gets one of the long kept rows (4, 5) and one of the short ones (1, 2)
+    assert sorted(first_rank + second_rank) == [1, 2, 4, 5]
+    assert all(sum(row >= 4 for row in rank) == 1 for rank in (first_rank, second_rank))
+    assert metrics["global_seqlen/balanced_min"] == metrics["global_seqlen/balanced_max"] == 8 + 12
 
 
 def test_a_batch_without_the_agent_loop_columns_is_left_alone(install):
