@@ -100,7 +100,7 @@ def roll_out(out_dir: Path, samples: int, off_samples: int, demo_args: list[str]
     finally:  # an interrupted run (Ctrl-C, SIGTERM at a time budget) keeps what it wrote, and says so
         run = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "demo_args": argv,
+            "demo_args": [in_checkout(arg) for arg in argv],
             "off_samples": off_samples,
             "wall_s": time.perf_counter() - started,
             "load_before": load_before,
@@ -118,6 +118,11 @@ def roll_out(out_dir: Path, samples: int, off_samples: int, demo_args: list[str]
             logger.error("SAAR-%s pass exited with %d: see %s", demo.mode_name(result.saar), result.exit_code,
                          layout.rollout_log(result.saar))  # fmt: skip
     return run
+
+
+def in_checkout(arg: str) -> str:
+    """A path inside this checkout as a path relative to it (a record of the run readable from any clone)."""
+    return arg[len(str(ROOT)) + 1 :] if arg.startswith(f"{ROOT}/") else arg
 
 
 def read_records_file(path: Path) -> list[dict]:
@@ -182,7 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-assistant-turns", type=int, default=4)
     parser.add_argument("--response-length", type=int, default=1024)
     parser.add_argument("--problems", type=Path, default=PROBLEM_SET, help="parquet or JSONL with extra_info.family")
-    parser.add_argument("-n", "--n-samples", type=int, default=4, help="samples per problem with SAAR on")
+    parser.add_argument(
+        "-n",
+        "--n-samples",
+        type=int,
+        default=5,
+        help="samples per problem with SAAR on (5: SAAR's extra tokens then put RoC's 6 within 10 %% of its budget)",
+    )
     parser.add_argument(
         "--off-samples",
         type=int,
