@@ -52,9 +52,10 @@ ifeq ($(DEMO_MODEL),1.5b)
 endif
 	$(PY) scripts/demo.py $(if $(findstring --gguf,$(DEMO_ARGS)),,--model $(DEMO_MODEL)) $(DEMO_ARGS)
 
-# What CI runs: lint, format check, then the whole suite (tests/ and code-judge/tests).
+# What CI runs: lint, format check, then the whole suite (tests/, code-judge/tests, verl-cpu/tests) on two
+# workers: much of it waits on subprocesses and services; conftest.py keeps each module, and the trainer runs, whole.
 test: setup lint
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
 # The pure and unit tests, in seconds: no judge service, browser, real model or other multi-second tier.
 test-fast: setup
