@@ -55,7 +55,7 @@ endif
 # What CI runs: lint, format check, then the whole suite (tests/, code-judge/tests, verl-cpu/tests) on two
 # workers: much of it waits on subprocesses and services; conftest.py keeps each module, and the trainer runs, whole.
 test: setup lint
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 # The pure and unit tests, in seconds: no judge service, browser, real model or other multi-second tier.
 test-fast: setup
