@@ -30,8 +30,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     weight: dict[str, int] = {}
     for item in items:
         unit = work_unit(item.nodeid)
-        heavy = unit == TRAINER_RUNS or any(item.get_closest_marker(mark) for mark in HEAVY_MARKS)
-        weight[unit] = max(weight.get(unit, 0), 2 if unit == TRAINER_RUNS else int(heavy))
+        heavy = 2 if unit == TRAINER_RUNS else int(any(item.get_closest_marker(mark) for mark in HEAVY_MARKS))
+        weight[unit] = max(weight.get(unit, 0), heavy)
     items.sort(key=lambda item: -weight[work_unit(item.nodeid)])  # stable: collection order within a weight
 
 

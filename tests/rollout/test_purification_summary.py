@@ -36,6 +36,14 @@ def test_rollout_summary_without_turns_prints_nothing():
     assert printed(records) == ""
 
 
+def purification_benchmark():
+    """benchmarks/purification.py as a module (benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("purification_benchmark", ROOT / "benchmarks" / "purification.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    return benchmark
+
+
 def test_benchmark_recomputes_the_table_from_its_cache(tmp_path, capsys):
     records = paired_groups(4)
     for saar in (True, False):
@@ -57,10 +65,7 @@ def test_benchmark_recomputes_the_table_from_its_cache(tmp_path, capsys):
     (tmp_path / "problems.jsonl").write_text(
         "".join(json.dumps({"extra_info": {"problem_id": p, "family": f}}) + "\n" for p, f in families.items())
     )
-    spec = importlib.util.spec_from_file_location("purification_benchmark", ROOT / "benchmarks" / "purification.py")
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
-    assert benchmark.main(["--from", str(tmp_path), "--resamples", "50"]) == 0
+    assert purification_benchmark().main(["--from", str(tmp_path), "--resamples", "50"]) == 0
     out = capsys.readouterr().out
     assert "32 trajectories" in out
     modes = ["none", "saar", "saar_negative_samples", "error_turn_mask", "void_turn_filter"]
@@ -71,3 +76,24 @@ def test_benchmark_recomputes_the_table_from_its_cache(tmp_path, capsys):
     assert "SAAR on 9 s wall / 5 s llama.cpp CPU (exit 0)" in out
     # The paired comparison: SAAR removed the kept failed call of sample 0 (16 pairs: 4 at −1, 12 at 0; t(15) = 2.13).
     assert "| tool errors kept / trajectory | 0.00 | 0.25 | -0.25 [-0.49, -0.01] |" in out
+
+
+def test_the_committed_records_give_the_table_over_the_whole_problem_set():
+    """benchmarks/README.md's table comes from the records in benchmarks/data/purification-rollouts/: they must still
+    load and hold what the table claims: every problem of the set in complete groups of both modes, and a RoC row
+    matched to SAAR's generated tokens; the runs that wrote them name paths any clone can read."""
+    from cleaner.analysis.purification_table import purification_table
+    from cleaner.data.rows import read_rows
+
+    data = ROOT / "benchmarks" / "data"
+    records, runs, families = purification_benchmark().read_cache(data / "purification-rollouts")
+    problem_ids = {str(row["extra_info"]["problem_id"]) for row in read_rows(data / "purification_problems.jsonl")}
+    table = purification_table(records, resamples=20, families=families)
+    assert set(families) == problem_ids
+    assert {row.setting.name: row.prompts for row in table.rows} == dict.fromkeys(
+        ["none", "saar", "saar_negative_samples", "error_turn_mask", "void_turn_filter",
+         "error_trajectory_filter", "roc"], len(problem_ids)
+    )  # fmt: skip
+    assert table.group_size >= 4 and table.roc_matched is True
+    assert sum(family.prompts for family in table.families) == len(problem_ids)
+    assert runs and all(not run["demo_args"][run["demo_args"].index("--problems") + 1].startswith("/") for run in runs)
